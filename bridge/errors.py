@@ -1,0 +1,62 @@
+"""The bridge's own error hierarchy.
+
+    BridgeError
+    ├── ConfigError            bad configuration; names the file, line and field
+    ├── InvalidInput           bad data from a caller (hostlist, resume file, request field)
+    │   └── HostlistError      a hostlist Slurm would also reject
+    ├── UnknownNode            a node no pool owns
+    └── BackendError           a Slurm or Kubernetes call failed
+        ├── TransientBackendError   worth retrying (connection, 5xx, 429, timeouts)
+        ├── NoCapacity              Kubernetes cannot place the pod (quota, unschedulable)
+        ├── Conflict                the object exists and is not ours
+        └── Forbidden               RBAC said no
+
+Adapters translate library errors into these with ``raise ... from e`` so callers never import
+``kubernetes`` or ``subprocess`` error types.
+"""
+
+from __future__ import annotations
+
+
+class BridgeError(Exception):
+    """Base of every error the bridge raises on purpose."""
+
+
+class ConfigError(BridgeError):
+    """The configuration is invalid; the message names the field (and file/line when known)."""
+
+
+class InvalidInput(BridgeError):
+    """A caller sent data we cannot use; the message names the field or node."""
+
+
+class HostlistError(InvalidInput):
+    """A hostlist expression Slurm would reject."""
+
+
+class UnknownNode(BridgeError):
+    """A node name that no configured pool owns."""
+
+    def __init__(self, node: str) -> None:
+        super().__init__(f"node {node!r} is not in any configured pool")
+        self.node = node
+
+
+class BackendError(BridgeError):
+    """A call to Slurm or Kubernetes failed."""
+
+
+class TransientBackendError(BackendError):
+    """A failure that may succeed when retried (connection refused, 5xx, 429, timeout)."""
+
+
+class NoCapacity(BackendError):
+    """Kubernetes has no room for the pod."""
+
+
+class Conflict(BackendError):
+    """An object with that name exists and does not belong to the bridge."""
+
+
+class Forbidden(BackendError):
+    """The credentials lack permission for the call."""
