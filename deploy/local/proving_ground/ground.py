@@ -1,0 +1,226 @@
+"""Bring the whole proving ground up, take it down, and say what runs."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from . import kube, network, pki, slurm
+from .layout import HOST_IP, KWOK_NODES, MUNGE_SOCKET, NAMESPACE, REAL_NODE, Layout
+from .processes import ProvingGroundError, State, run, stop_daemon
+
+log = logging.getLogger(__name__)
+
+#: Start order; ``down`` stops in reverse.
+DAEMONS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd",
+           "kubelet", "kwok", "munged", "slurmctld")
+REQUIRED_COMMANDS = ("go", "containerd", "ctr", "runc", "debootstrap", "openssl", "ip", "tar",
+                     "/usr/sbin/slurmctld", "/usr/sbin/munged", "/usr/bin/sinfo")
+
+
+class Step:
+    """A progress line per long step, with its duration."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.started = 0.0
+
+    def __enter__(self) -> Step:
+        self.started = time.monotonic()
+        print(f"==> {self.what} ...", flush=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            print(f"    {self.what}: done in {time.monotonic() - self.started:.1f}s", flush=True)
+
+
+def check_prerequisites() -> None:
+    missing = [c for c in REQUIRED_COMMANDS if shutil.which(c) is None]
+    if missing:
+        raise ProvingGroundError(
+            "missing commands: " + ", ".join(missing) + " (run `make deps` as root: it installs "
+            "Debian's slurmctld slurmd slurm-client munge containerd runc containernetworking-plugins "
+            "debootstrap iproute2 openssl)"
+        )
+    if os.geteuid() != 0:
+        raise ProvingGroundError("the proving ground runs containerd and a kubelet: run it as root")
+
+
+def build_binaries(layout: Layout) -> None:
+    script = layout.root / "deploy" / "local" / "build-kubernetes.sh"
+    env = {**os.environ, "SKB_CACHE_DIR": str(layout.cache)}
+    # Streams the build's own progress lines; a cached run prints one line.
+    subprocess.run([str(script)], check=True, env=env)
+
+
+def _netns() -> set[str]:
+    root = Path("/run/netns")
+    return {p.name for p in root.glob("cni-*")} if root.exists() else set()
+
+
+def _write_env_file(layout: Layout) -> None:
+    layout.bin.mkdir(parents=True, exist_ok=True)
+    for name in ("kubectl",):
+        link = layout.bin / name
+        if not link.exists():
+            link.symlink_to(layout.kubernetes_bin / name)
+    for name, target in (("kwok", layout.kwok_bin), ("kustomize", layout.kustomize_bin),
+                         ("crictl", layout.crictl_bin)):
+        link = layout.bin / name
+        if not link.exists() and target.exists():
+            link.symlink_to(target)
+    (layout.local / "env").write_text(
+        f"# source me: the proving ground's Slurm and Kubernetes for this shell\n"
+        f"export SLURM_CONF={layout.slurm_conf}\n"
+        f"export KUBECONFIG={layout.kubeconfig}\n"
+        f"export PATH={layout.bin}:{layout.root / '.venv' / 'bin'}:$PATH\n"
+    )
+
+
+def _ensure_namespace(layout: Layout) -> None:
+    kube.kubectl(layout, "create", "namespace", NAMESPACE, check=False)
+    secret = kube.kubectl(layout, "-n", NAMESPACE, "create", "secret", "generic", "slurm-munge-key",
+                          f"--from-file=munge.key={layout.munge_key}", "--dry-run=client",
+                          "-o", "json")
+    kube.kubectl(layout, "apply", "-f", "-", input_text=secret)
+
+
+def healthy(layout: Layout) -> bool:
+    """Every daemon we start is running (so a test session can reuse it)."""
+    state = State(layout)
+    return all(state.running(name) is not None for name in DAEMONS)
+
+
+def up(layout: Layout) -> None:
+    started = time.monotonic()
+    check_prerequisites()
+    layout.local.mkdir(parents=True, exist_ok=True)
+    state = State(layout)
+    if "netns_before" not in state.data:
+        state.data["netns_before"] = sorted(_netns())
+        state.save()
+    with Step("Kubernetes binaries (cache: %s)" % layout.cache):
+        build_binaries(layout)
+    with Step("certificates and kubeconfigs"):
+        pki.ensure_pki(layout.pki)
+        kube.write_kubeconfigs(layout)
+        _write_env_file(layout)
+    with Step(f"pod network (bridge {HOST_IP})"):
+        network.ensure_bridge(state)
+        network.write_cni_config(layout.cni_conf_dir, layout.cni_ipam_dir)
+    with Step("control plane: etcd, kube-apiserver, controller-manager, scheduler"):
+        kube.start_control_plane(layout, state)
+    with Step(f"real node {REAL_NODE}: images, containerd, kubelet"):
+        kube.start_real_node(layout, state)
+    with Step(f"simulated nodes: kwok x{len(KWOK_NODES)}"):
+        kube.start_kwok(layout, state)
+    with Step(f"Slurm: munged, slurmctld"):
+        slurm.start_slurm(layout, state)
+    with Step("waiting for the real node to be Ready"):
+        kube.wait_real_node(layout)
+        _ensure_namespace(layout)
+    print(summary(layout))
+    print(f"proving ground up in {time.monotonic() - started:.1f}s")
+
+
+def summary(layout: Layout) -> str:
+    state = State(layout)
+    rows = []
+    for name in DAEMONS:
+        pid = state.running(name)
+        entry = state.processes.get(name, {})
+        rows.append(f"  {name:24} {'pid ' + str(pid) if pid else 'not running':12} "
+                    f"{entry.get('log', '')}")
+    return "\n".join([
+        "Proving ground:",
+        *rows,
+        f"  kubeconfig:  {layout.kubeconfig}",
+        f"  kubectl:     {layout.bin / 'kubectl'}",
+        f"  slurm.conf:  {layout.slurm_conf}",
+        f"  logs:        {layout.logs}",
+        f"  try:         source {layout.local / 'env'}; sinfo; kubectl get nodes",
+    ])
+
+
+def status(layout: Layout) -> int:
+    print(summary(layout))
+    state = State(layout)
+    if state.running("kube-apiserver"):
+        print(kube.kubectl(layout, "get", "nodes", "-o", "wide", check=False))
+    if state.running("slurmctld"):
+        print(run(["/usr/bin/sinfo"], env=slurm.slurm_env(layout), check=False).stdout)
+    return 0 if healthy(layout) else 1
+
+
+def _kill_our_shims(layout: Layout) -> None:
+    """containerd's shims outlive containerd; ours name our socket in their argv."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"containerd-shim-runc-v2") and \
+                str(layout.containerd_socket).encode() in b" ".join(argv):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(proc.name), 9)
+
+
+def down(layout: Layout) -> None:
+    state = State(layout)
+    started = time.monotonic()
+    if state.running("kube-apiserver") and state.running("kubelet"):
+        with Step("deleting every pod (the kubelet stops their containers)"):
+            kube.kubectl(layout, "delete", "pods", "--all", "--all-namespaces", "--grace-period=2",
+                         "--wait=true", "--timeout=90s", check=False, timeout_s=120)
+    if state.running("containerd") and layout.crictl_bin.exists():
+        with Step("removing pod sandboxes left in containerd"):
+            endpoint = f"unix://{layout.containerd_socket}"
+            run([str(layout.crictl_bin), "--runtime-endpoint", endpoint, "rmp", "-fa"],
+                check=False, timeout_s=120)
+    with Step("stopping daemons (by recorded PID)"):
+        for name in reversed(DAEMONS):
+            stop_daemon(state, name)
+        _kill_our_shims(layout)
+    with Step("unmounting, removing network namespaces and the bridge"):
+        points = network.unmount_all(layout.kubelet_root, layout.containerd_state,
+                                     layout.containerd_root, Path(MUNGE_SOCKET).parent.parent)
+        if points:
+            log.info("unmounted %d mount points", len(points))
+        before = set(state.data.get("netns_before", []))
+        for name in sorted(_netns() - before):
+            run(["ip", "netns", "delete", name], check=False)
+        network.remove_bridge(state)
+        shutil.rmtree(Path(MUNGE_SOCKET).parent.parent, ignore_errors=True)
+        # Fresh cluster and Slurm state next time; certificates and the cache stay.
+        for path in (layout.etcd_data, layout.slurm / "state", layout.kubelet_root,
+                     layout.cni_ipam_dir):
+            shutil.rmtree(path, ignore_errors=True)
+    state.data.pop("netns_before", None)
+    state.save()
+    print(f"proving ground down in {time.monotonic() - started:.1f}s")
+
+
+def leftovers(layout: Layout) -> dict[str, list[str]]:
+    """What of ours still exists (used by tests of `down`)."""
+    state = State(layout)
+    before = set(state.data.get("netns_before", []))
+    return {
+        "processes": [n for n in DAEMONS if state.running(n)],
+        "mounts": network.mounts_under(layout.kubelet_root, layout.containerd_state,
+                                       layout.containerd_root),
+        "interfaces": [network.BRIDGE_NAME] if network.bridge_exists() else [],
+        "netns": sorted(_netns() - before),
+    }
+
+
+def dump_state(layout: Layout) -> str:
+    return json.dumps(State(layout).data, indent=2)

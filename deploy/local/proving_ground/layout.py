@@ -1,0 +1,138 @@
+"""Where everything lives and which versions and addresses the proving ground uses."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+KUBERNETES_VERSION = "v1.34.4"
+KWOK_VERSION = "v0.7.0"
+KUSTOMIZE_VERSION = "v5.7.1"
+CRICTL_VERSION = "v1.34.0"
+
+#: The bridge the real node's pods sit on; the host is the gateway, slurmctld listens there.
+BRIDGE_NAME = "skb0"
+POD_SUBNET = "10.213.0.0/24"
+HOST_IP = "10.213.0.1"
+SERVICE_SUBNET = "10.214.0.0/24"
+KUBERNETES_SERVICE_IP = "10.214.0.1"
+
+ETCD_PORT = 2379
+ETCD_PEER_PORT = 2380
+APISERVER_PORT = 6443
+SLURMCTLD_PORT = 6817
+REAL_NODE = "skb-real-0"
+KWOK_NODES = tuple(f"skb-kwok-{i}" for i in range(10))
+NAMESPACE = "slurm"
+#: A munge socket of our own, so that a site's munged (if any) is never touched.
+MUNGE_SOCKET = "/run/slurm-k8s-bridge/munge/munge.socket.2"
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[3]
+
+
+def cache_dir() -> Path:
+    explicit = os.environ.get("SKB_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "slurm-k8s-bridge"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Paths of one proving ground (one repository checkout)."""
+
+    root: Path
+    cache: Path
+
+    @classmethod
+    def default(cls) -> Layout:
+        return cls(root=repo_root(), cache=cache_dir())
+
+    @property
+    def local(self) -> Path:
+        return self.root / ".local"
+
+    @property
+    def state_file(self) -> Path:
+        return self.local / "state.json"
+
+    @property
+    def logs(self) -> Path:
+        return self.local / "logs"
+
+    @property
+    def pki(self) -> Path:
+        return self.local / "pki"
+
+    @property
+    def bin(self) -> Path:
+        return self.local / "bin"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.local / "kubeconfig"
+
+    @property
+    def kubernetes_bin(self) -> Path:
+        return self.cache / f"kubernetes-{KUBERNETES_VERSION}"
+
+    @property
+    def kwok_bin(self) -> Path:
+        return self.cache / f"kwok-{KWOK_VERSION}" / "kwok"
+
+    @property
+    def kustomize_bin(self) -> Path:
+        return self.cache / f"kustomize-{KUSTOMIZE_VERSION}" / "kustomize"
+
+    @property
+    def crictl_bin(self) -> Path:
+        return self.cache / f"crictl-{CRICTL_VERSION}" / "crictl"
+
+    @property
+    def etcd_data(self) -> Path:
+        return self.local / "etcd"
+
+    @property
+    def containerd_root(self) -> Path:
+        # Kept in the cache: imported images survive `make down`, so the next `up` is warm.
+        return self.cache / "containerd"
+
+    @property
+    def containerd_state(self) -> Path:
+        return Path("/run/slurm-k8s-bridge/containerd")
+
+    @property
+    def containerd_socket(self) -> Path:
+        return self.containerd_state / "containerd.sock"
+
+    @property
+    def kubelet_root(self) -> Path:
+        return self.local / "kubelet"
+
+    @property
+    def cni_conf_dir(self) -> Path:
+        return self.local / "cni" / "net.d"
+
+    @property
+    def cni_ipam_dir(self) -> Path:
+        return self.local / "cni" / "ipam"
+
+    @property
+    def slurm(self) -> Path:
+        return self.local / "slurm"
+
+    @property
+    def slurm_conf(self) -> Path:
+        return self.slurm / "slurm.conf"
+
+    @property
+    def munge_key(self) -> Path:
+        return self.local / "munge" / "munge.key"
+
+    @property
+    def images(self) -> Path:
+        return self.cache / "images"
