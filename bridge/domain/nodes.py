@@ -1,0 +1,91 @@
+"""Slurm's view of a node, reduced to what the bridge decides on.
+
+Slurm 22.05 reports a base state string plus ``state_flags``; 24.11 reports one list mixing both.
+Parsers in ``bridge.adapters.slurm_json`` normalise both into :class:`SlurmNode`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: Every reason the bridge writes starts with this, so it only ever touches reasons it wrote.
+REASON_PREFIX = "k8s: "
+
+BASE_STATES = frozenset(
+    {"IDLE", "ALLOCATED", "MIXED", "DOWN", "ERROR", "FUTURE", "UNKNOWN", "COMPLETING"}
+)
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """One node as slurmctld sees it.
+
+    ``state`` is the upper-case base state (IDLE, ALLOCATED, MIXED, DOWN, ...); ``flags`` holds the
+    upper-case flags (CLOUD, POWERED_DOWN, POWERING_UP, POWERING_DOWN, POWER_DOWN, DRAIN,
+    NOT_RESPONDING, COMPLETING, ...).
+    """
+
+    name: str
+    state: str
+    flags: frozenset[str] = field(default_factory=frozenset)
+    reason: str = ""
+    address: str = ""
+
+    @property
+    def is_powered_down(self) -> bool:
+        return "POWERED_DOWN" in self.flags
+
+    @property
+    def is_powering_up(self) -> bool:
+        return "POWERING_UP" in self.flags
+
+    @property
+    def is_powering_down(self) -> bool:
+        # POWER_DOWN is "queued for power down" (idle% before SuspendProgram ran in some versions).
+        return "POWERING_DOWN" in self.flags or "POWER_DOWN" in self.flags
+
+    @property
+    def is_down(self) -> bool:
+        return self.state == "DOWN"
+
+    @property
+    def is_drained(self) -> bool:
+        return "DRAIN" in self.flags
+
+    @property
+    def wants_pod(self) -> bool:
+        """Slurm expects a slurmd to be running (or starting) for this node."""
+        return not (self.is_powered_down or self.is_powering_down or self.is_down)
+
+    @property
+    def is_up(self) -> bool:
+        """Powered up and past POWERING_UP: its slurmd has registered."""
+        return self.wants_pod and not self.is_powering_up
+
+    @property
+    def has_our_reason(self) -> bool:
+        return self.reason.startswith(REASON_PREFIX)
+
+    @property
+    def display_state(self) -> str:
+        """Compact state like sinfo's: ``idle~``, ``alloc#``, ``down~`` ..."""
+        short = {"ALLOCATED": "alloc", "COMPLETING": "comp"}.get(self.state, self.state.lower())
+        if self.is_drained:
+            short = "drain" if self.state == "IDLE" else "drng"
+        suffix = ""
+        if self.is_powered_down:
+            suffix = "~"
+        elif self.is_powering_up:
+            suffix = "#"
+        elif self.is_powering_down:
+            suffix = "%"
+        elif "NOT_RESPONDING" in self.flags:
+            suffix = "*"
+        return short + suffix
+
+
+def our_reason(kind: str, message: str) -> str:
+    """Build a reason the bridge owns: ``k8s: <Kind>: <message>`` on one short line."""
+    text = f"{REASON_PREFIX}{kind}: {message}".replace("\n", " ").strip()
+    # Slurm stores reasons verbatim, but sinfo -R is read on a terminal: keep them short.
+    return text if len(text) <= 200 else text[:197] + "..."

@@ -1,0 +1,119 @@
+"""Kubernetes' view of a slurmd pod, reduced to what the bridge decides on.
+
+``pod_view`` reads a pod manifest as plain JSON (what the API server sends), so it stays pure and
+is tested on recorded manifests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "slurm-k8s-bridge"
+LABEL_POOL = "slurm-k8s-bridge.io/pool"
+LABEL_NODE = "slurm-k8s-bridge.io/node"
+LABEL_CLUSTER = "slurm-k8s-bridge.io/cluster"
+ANNOTATION_SLURM_STATE = "slurm-k8s-bridge.io/slurm-state"
+
+# Waiting reasons that will not fix themselves in time for a job: fail fast on them.
+FATAL_WAITING_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "CrashLoopBackOff",
+        "RunContainerError",
+    }
+)
+
+
+@dataclass(frozen=True)
+class PodFailure:
+    """Why Kubernetes cannot (or no longer will) run a pod: ``reason`` is a single CamelCase word."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class PodView:
+    """One slurmd pod the bridge owns."""
+
+    name: str
+    node: str
+    pool: str
+    phase: str
+    ip: str
+    created_at: datetime
+    deleting: bool
+    failure: PodFailure | None
+    host: str = ""
+
+    @property
+    def is_running(self) -> bool:
+        return self.phase == "Running" and not self.deleting
+
+
+def _parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def pod_failure(status: Mapping[str, Any]) -> PodFailure | None:
+    """Derive a fail-fast reason from a pod's ``status`` or ``None`` while it may still run."""
+    phase = status.get("phase", "")
+    if phase in ("Failed", "Succeeded"):
+        reason = status.get("reason") or ("Completed" if phase == "Succeeded" else "Failed")
+        message = status.get("message") or f"pod phase is {phase}"
+        return PodFailure(reason, message)
+    for condition in status.get("conditions") or []:
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+        ):
+            return PodFailure("Unschedulable", condition.get("message") or "no node fits")
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            return PodFailure(
+                condition.get("reason") or "DisruptionTarget",
+                condition.get("message") or "Kubernetes is disrupting the pod",
+            )
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in FATAL_WAITING_REASONS:
+            return PodFailure(waiting["reason"], waiting.get("message") or waiting["reason"])
+        terminated = (container.get("state") or {}).get("terminated")
+        if terminated and phase == "Running":
+            return PodFailure(
+                terminated.get("reason") or "Terminated",
+                f"slurmd exited with code {terminated.get('exitCode')}",
+            )
+    return None
+
+
+def pod_view(manifest: Mapping[str, Any]) -> PodView:
+    """Build a :class:`PodView` from a pod manifest (API JSON, camelCase keys)."""
+    metadata = manifest.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    status = manifest.get("status") or {}
+    spec = manifest.get("spec") or {}
+    deleting = bool(metadata.get("deletionTimestamp"))
+    failure = pod_failure(status)
+    if deleting and failure is None:
+        failure = PodFailure("Deleted", "the pod is being deleted")
+    return PodView(
+        name=metadata["name"],
+        node=labels.get(LABEL_NODE, metadata["name"]),
+        pool=labels.get(LABEL_POOL, ""),
+        phase=status.get("phase", "Pending"),
+        ip=status.get("podIP", ""),
+        created_at=_parse_time(metadata["creationTimestamp"]),
+        deleting=deleting,
+        failure=failure,
+        host=spec.get("nodeName", ""),
+    )

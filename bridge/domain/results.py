@@ -1,0 +1,49 @@
+"""What the service answers per node: the RPC layer maps these onto the proto one to one."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+
+
+class Outcome(enum.Enum):
+    """What happened to one node of a request."""
+
+    OK = "ok"  # done, or already so (idempotent repeat)
+    REJECTED = "rejected"  # not attempted: the input was wrong for this node
+    FAILED = "failed"  # attempted and failed; see the error class
+
+
+class ErrorClass(enum.Enum):
+    """Why a node was rejected or failed; callers decide on retry from this alone."""
+
+    NONE = "none"
+    INVALID = "invalid"  # malformed input (bad hostlist, bad resume file)
+    UNKNOWN_NODE = "unknown_node"  # no pool owns the node
+    NO_CAPACITY = "no_capacity"  # Kubernetes cannot place the pod
+    TRANSIENT = "transient"  # try again later (API unavailable, timeouts)
+    INTERNAL = "internal"  # a bug or an unexpected answer; see the message
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """The result of a request for one node."""
+
+    node: str
+    outcome: Outcome
+    error_class: ErrorClass = ErrorClass.NONE
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """One row of ``status``: Slurm's and Kubernetes' views of a node side by side."""
+
+    node: str
+    pool: str
+    slurm_state: str  # sinfo-style, e.g. ``idle~`` or ``alloc#``; empty if Slurm does not know it
+    pod_phase: str  # empty when there is no pod
+    pod_ip: str
+    reason: str  # Slurm's reason for the node (ours or an admin's)
+    since: datetime | None  # pod creation time, when there is a pod
