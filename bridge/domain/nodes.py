@@ -7,6 +7,7 @@ Parsers in ``bridge.adapters.slurm_json`` normalise both into :class:`SlurmNode`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 #: Every reason the bridge writes starts with this, so it only ever touches reasons it wrote.
 REASON_PREFIX = "k8s: "
@@ -30,6 +31,8 @@ class SlurmNode:
     flags: frozenset[str] = field(default_factory=frozenset)
     reason: str = ""
     address: str = ""
+    #: When Slurm recorded ``reason`` (``reason_changed_at``); None when unknown or no reason.
+    reason_since: datetime | None = None
 
     @property
     def is_powered_down(self) -> bool:

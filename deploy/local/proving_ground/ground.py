@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import kube, network, pki, slurm
+from . import bridge_daemon, kube, network, pki, slurm
 from .layout import HOST_IP, KWOK_NODES, MUNGE_SOCKET, NAMESPACE, REAL_NODE, Layout
 from .processes import ProvingGroundError, State, run, stop_daemon
 
@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 #: Start order; ``down`` stops in reverse.
 DAEMONS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd",
-           "kubelet", "kwok", "munged", "slurmctld")
+           "kubelet", "kwok", "munged", "slurmctld", "bridge")
 REQUIRED_COMMANDS = ("go", "containerd", "ctr", "runc", "debootstrap", "openssl", "ip", "tar",
                      "/usr/sbin/slurmctld", "/usr/sbin/munged", "/usr/bin/sinfo")
 
@@ -84,14 +84,6 @@ def _write_env_file(layout: Layout) -> None:
     )
 
 
-def _ensure_namespace(layout: Layout) -> None:
-    kube.kubectl(layout, "create", "namespace", NAMESPACE, check=False)
-    secret = kube.kubectl(layout, "-n", NAMESPACE, "create", "secret", "generic", "slurm-munge-key",
-                          f"--from-file=munge.key={layout.munge_key}", "--dry-run=client",
-                          "-o", "json")
-    kube.kubectl(layout, "apply", "-f", "-", input_text=secret)
-
-
 def healthy(layout: Layout) -> bool:
     """Every daemon we start is running (so a test session can reuse it)."""
     state = State(layout)
@@ -125,7 +117,9 @@ def up(layout: Layout) -> None:
         slurm.start_slurm(layout, state)
     with Step("waiting for the real node to be Ready"):
         kube.wait_real_node(layout)
-        _ensure_namespace(layout)
+    with Step("the bridge: ServiceAccount, RBAC, munge Secret, slurm-k8s-bridge serve"):
+        bridge_daemon.ensure_credentials(layout)
+        bridge_daemon.start_bridge(layout, state)
     print(summary(layout))
     print(f"proving ground up in {time.monotonic() - started:.1f}s")
 
@@ -145,6 +139,7 @@ def summary(layout: Layout) -> str:
         f"  kubectl:     {layout.bin / 'kubectl'}",
         f"  slurm.conf:  {layout.slurm_conf}",
         f"  logs:        {layout.logs}",
+        f"  bridge:      {bridge_daemon.BRIDGE_SOCKET} (log {layout.logs / 'bridge.log'})",
         f"  try:         source {layout.local / 'env'}; sinfo; kubectl get nodes",
     ])
 
@@ -200,6 +195,8 @@ def down(layout: Layout) -> None:
             run(["ip", "netns", "delete", name], check=False)
         network.remove_bridge(state)
         shutil.rmtree(Path(MUNGE_SOCKET).parent.parent, ignore_errors=True)
+        shutil.rmtree(bridge_daemon.SHARED_DIR.parent, ignore_errors=True)
+        (layout.root / "slurm_plugins" / "hooks.env").unlink(missing_ok=True)
         # Fresh cluster and Slurm state next time; certificates and the cache stay.
         for path in (layout.etcd_data, layout.slurm / "state", layout.kubelet_root,
                      layout.cni_ipam_dir):

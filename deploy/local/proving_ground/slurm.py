@@ -7,22 +7,17 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Mapping
+from pathlib import Path
 
 from .layout import HOST_IP, MUNGE_SOCKET, SLURMCTLD_PORT, Layout
-from .processes import State, run, start_daemon, wait_until
+from .processes import State, run, start_daemon, stop_daemon, wait_until
 
 log = logging.getLogger(__name__)
 
-#: name → (nodes, CPUs, RealMemory MB, partition). Kept equal to the bridge's proving-ground pools.
-POOLS: Mapping[str, tuple[str, int, int, str]] = {
-    "cpu": ("cpu-[0-15]", 2, 1024, "cpu"),
-    "big": ("big-[0-3]", 4, 4096, "big"),
-    "sim": ("sim-[0-63]", 8, 8192, "sim"),
-}
-
-#: Short timers so that tests and the demo see a whole cycle in well under a minute.
-TIMERS = {"SuspendTime": 20, "SuspendTimeout": 10, "ResumeTimeout": 180, "SlurmdTimeout": 30}
+#: Short timers so that tests and the demo see a whole cycle in well under a minute; the long
+#: ResumeTimeout shows that failures are reported by the bridge, not by Slurm's timeout.
+TIMERS = {"suspend_time": 20, "suspend_timeout": 10, "resume_timeout": 180}
+SLURMD_TIMEOUT = 30
 
 
 def slurm_env(layout: Layout) -> dict[str, str]:
@@ -30,6 +25,11 @@ def slurm_env(layout: Layout) -> dict[str, str]:
 
 
 def render_slurm_conf(layout: Layout) -> str:
+    """Site lines of our own, then the nodes, partitions and power saving the bridge renders
+    from the same configuration it runs with (so the two cannot disagree)."""
+    from bridge.config import load_config
+    from bridge.domain.slurm_conf import render_slurm_conf as render_bridge_lines
+
     plugins = layout.root / "slurm_plugins"
     host = socket.gethostname().split(".")[0]
     lines = [
@@ -53,29 +53,27 @@ def render_slurm_conf(layout: Layout) -> str:
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_CPU",
         "MpiDefault=none",
-        "ReturnToService=2",
         "KillWait=5",
         "MinJobAge=300",
         "InactiveLimit=0",
-        # A pod's slurmd has the container's view of the hardware; trust the configured values.
-        "SlurmdParameters=config_overrides",
-        "PrivateData=cloud",
-        "TreeWidth=65533",
-        "SlurmctldParameters=cloud_reg_addrs,idle_on_node_suspend,enable_configless,"
-        "power_save_interval=5,power_save_min_interval=0",
-        f"ResumeProgram={plugins / 'resume'}",
-        f"SuspendProgram={plugins / 'suspend'}",
-        f"ResumeFailProgram={plugins / 'resume_fail'}",
-        "ResumeRate=0",
-        "SuspendRate=0",
-        *(f"{key}={value}" for key, value in TIMERS.items()),
+        f"SlurmdTimeout={SLURMD_TIMEOUT}",
+        "",
     ]
-    for name, (nodes, cpus, memory, _) in POOLS.items():
-        lines.append(f"NodeName={nodes} CPUs={cpus} RealMemory={memory} Features={name} State=CLOUD")
-    for index, (nodes, _, _, partition) in enumerate(POOLS.values()):
-        default = " Default=YES" if index == 0 else ""
-        lines.append(f"PartitionName={partition} Nodes={nodes}{default} MaxTime=INFINITE State=UP")
-    return "\n".join(lines) + "\n"
+    config = load_config(str(bridge_config_path(layout)))
+    bridge_lines = render_bridge_lines(
+        config.pools,
+        resume_program=str(plugins / "resume"),
+        suspend_program=str(plugins / "suspend"),
+        resume_fail_program=str(plugins / "resume_fail"),
+        return_to_service=2,
+        **TIMERS,
+        source=str(bridge_config_path(layout).relative_to(layout.root)),
+    )
+    return "\n".join(lines) + bridge_lines
+
+
+def bridge_config_path(layout: Layout) -> Path:
+    return layout.root / "deploy" / "local" / "bridge.yaml"
 
 
 def ensure_munge_key(layout: Layout) -> None:
@@ -99,7 +97,11 @@ def start_slurm(layout: Layout, state: State) -> None:
     wait_until("munged", lambda: os.path.exists(MUNGE_SOCKET), timeout_s=15,
                log_path=layout.logs / "munged.log")
     (layout.slurm / "state").mkdir(parents=True, exist_ok=True)
-    layout.slurm_conf.write_text(render_slurm_conf(layout))
+    text = render_slurm_conf(layout)
+    if layout.slurm_conf.exists() and layout.slurm_conf.read_text() != text:
+        # Power saving and node lines are read at start-up: restart rather than reconfigure.
+        stop_daemon(state, "slurmctld")
+    layout.slurm_conf.write_text(text)
     env = slurm_env(layout)
     start_daemon(state, "slurmctld", ["/usr/sbin/slurmctld", "-D", "-f", str(layout.slurm_conf)],
                  log_dir=layout.logs, env=env)

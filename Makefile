@@ -1,0 +1,58 @@
+# slurm-k8s-bridge — the two commands are `make demo` and `make test`; both set everything up.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PG := PYTHONPATH=deploy/local $(PY) -m proving_ground
+PYTEST_ARGS ?=
+
+.PHONY: help deps venv build up down status lint typecheck proto test unit demo bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+deps: ## install Debian packages the proving ground needs (root; idempotent)
+	@deploy/local/install-deps.sh
+
+$(VENV)/.stamp: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	@touch $@
+
+venv: $(VENV)/.stamp ## the project's virtualenv (.venv) with the package installed
+
+build: ## build Kubernetes, etcd, kwok, kustomize, crictl into the cache (once)
+	@deploy/local/build-kubernetes.sh
+
+up: deps venv ## start the proving ground (idempotent)
+	@$(PG) up
+
+down: venv ## stop what `make up` started; keeps the cache
+	@$(PG) down
+
+status: venv ## what the proving ground runs
+	@$(PG) status
+
+lint: venv ## ruff and mypy --strict
+	$(VENV)/bin/ruff check bridge slurm_plugins tests deploy/local scripts
+	$(VENV)/bin/ruff format --check bridge tests deploy/local scripts
+	$(VENV)/bin/mypy
+
+proto: venv ## regenerate bridge/_proto from proto/
+	$(PY) scripts/generate_proto.py
+
+unit: venv ## the pure unit tests only (no daemons)
+	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
+
+test: deps venv lint ## everything: unit, integration and e2e against the proving ground
+	@$(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests: failing"; exit 1; fi; exit $$rc
+
+demo: deps venv ## the elastic cycle, live: jobs scale slurmd pods up and down
+	@$(PY) -m bridge_demo
+
+bench: deps venv ## benchmarks (ratios against a baseline measured in the same run)
+	@$(PY) bench/run.py
+
+clean: down ## also remove .local (certificates, logs); the build cache stays
+	rm -rf .local

@@ -1,0 +1,164 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OUTCOME_UNSPECIFIED: _ClassVar[Outcome]
+    OUTCOME_OK: _ClassVar[Outcome]
+    OUTCOME_REJECTED: _ClassVar[Outcome]
+    OUTCOME_FAILED: _ClassVar[Outcome]
+
+class ErrorClass(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ERROR_CLASS_NONE: _ClassVar[ErrorClass]
+    ERROR_CLASS_INVALID: _ClassVar[ErrorClass]
+    ERROR_CLASS_UNKNOWN_NODE: _ClassVar[ErrorClass]
+    ERROR_CLASS_NO_CAPACITY: _ClassVar[ErrorClass]
+    ERROR_CLASS_TRANSIENT: _ClassVar[ErrorClass]
+    ERROR_CLASS_INTERNAL: _ClassVar[ErrorClass]
+
+class NodeEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    NODE_EVENT_KIND_UNSPECIFIED: _ClassVar[NodeEventKind]
+    NODE_EVENT_KIND_DOWN: _ClassVar[NodeEventKind]
+    NODE_EVENT_KIND_DRAIN: _ClassVar[NodeEventKind]
+    NODE_EVENT_KIND_FAIL: _ClassVar[NodeEventKind]
+    NODE_EVENT_KIND_UP: _ClassVar[NodeEventKind]
+    NODE_EVENT_KIND_IDLE: _ClassVar[NodeEventKind]
+OUTCOME_UNSPECIFIED: Outcome
+OUTCOME_OK: Outcome
+OUTCOME_REJECTED: Outcome
+OUTCOME_FAILED: Outcome
+ERROR_CLASS_NONE: ErrorClass
+ERROR_CLASS_INVALID: ErrorClass
+ERROR_CLASS_UNKNOWN_NODE: ErrorClass
+ERROR_CLASS_NO_CAPACITY: ErrorClass
+ERROR_CLASS_TRANSIENT: ErrorClass
+ERROR_CLASS_INTERNAL: ErrorClass
+NODE_EVENT_KIND_UNSPECIFIED: NodeEventKind
+NODE_EVENT_KIND_DOWN: NodeEventKind
+NODE_EVENT_KIND_DRAIN: NodeEventKind
+NODE_EVENT_KIND_FAIL: NodeEventKind
+NODE_EVENT_KIND_UP: NodeEventKind
+NODE_EVENT_KIND_IDLE: NodeEventKind
+
+class NodeResult(_message.Message):
+    __slots__ = ("node", "outcome", "error_class", "message")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CLASS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    outcome: Outcome
+    error_class: ErrorClass
+    message: str
+    def __init__(self, node: _Optional[str] = ..., outcome: _Optional[_Union[Outcome, str]] = ..., error_class: _Optional[_Union[ErrorClass, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ResumeNodesRequest(_message.Message):
+    __slots__ = ("hostlist", "resume_file", "request_id")
+    HOSTLIST_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FILE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    hostlist: str
+    resume_file: str
+    request_id: str
+    def __init__(self, hostlist: _Optional[str] = ..., resume_file: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class ResumeNodesResponse(_message.Message):
+    __slots__ = ("results", "request_id")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[NodeResult]
+    request_id: str
+    def __init__(self, results: _Optional[_Iterable[_Union[NodeResult, _Mapping]]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class SuspendNodesRequest(_message.Message):
+    __slots__ = ("hostlist", "request_id")
+    HOSTLIST_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    hostlist: str
+    request_id: str
+    def __init__(self, hostlist: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class SuspendNodesResponse(_message.Message):
+    __slots__ = ("results", "request_id")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[NodeResult]
+    request_id: str
+    def __init__(self, results: _Optional[_Iterable[_Union[NodeResult, _Mapping]]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class ResumeFailedRequest(_message.Message):
+    __slots__ = ("hostlist", "request_id")
+    HOSTLIST_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    hostlist: str
+    request_id: str
+    def __init__(self, hostlist: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class ResumeFailedResponse(_message.Message):
+    __slots__ = ("results", "request_id")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[NodeResult]
+    request_id: str
+    def __init__(self, results: _Optional[_Iterable[_Union[NodeResult, _Mapping]]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class NodeEventRequest(_message.Message):
+    __slots__ = ("kind", "hostlist", "reason", "request_id")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    HOSTLIST_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    kind: NodeEventKind
+    hostlist: str
+    reason: str
+    request_id: str
+    def __init__(self, kind: _Optional[_Union[NodeEventKind, str]] = ..., hostlist: _Optional[str] = ..., reason: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class NodeEventResponse(_message.Message):
+    __slots__ = ("results", "request_id")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[NodeResult]
+    request_id: str
+    def __init__(self, results: _Optional[_Iterable[_Union[NodeResult, _Mapping]]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class ListNodesRequest(_message.Message):
+    __slots__ = ("hostlist",)
+    HOSTLIST_FIELD_NUMBER: _ClassVar[int]
+    hostlist: str
+    def __init__(self, hostlist: _Optional[str] = ...) -> None: ...
+
+class NodeStatus(_message.Message):
+    __slots__ = ("node", "pool", "slurm_state", "pod_phase", "pod_ip", "reason", "since")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    SLURM_STATE_FIELD_NUMBER: _ClassVar[int]
+    POD_PHASE_FIELD_NUMBER: _ClassVar[int]
+    POD_IP_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    pool: str
+    slurm_state: str
+    pod_phase: str
+    pod_ip: str
+    reason: str
+    since: _timestamp_pb2.Timestamp
+    def __init__(self, node: _Optional[str] = ..., pool: _Optional[str] = ..., slurm_state: _Optional[str] = ..., pod_phase: _Optional[str] = ..., pod_ip: _Optional[str] = ..., reason: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ListNodesResponse(_message.Message):
+    __slots__ = ("nodes",)
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeStatus]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ...) -> None: ...

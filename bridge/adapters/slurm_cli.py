@@ -1,0 +1,193 @@
+"""Talk to slurmctld through Slurm's own commands (``scontrol``, ``sinfo``, ``squeue``).
+
+All Slurm I/O of the bridge goes through :class:`SlurmCli`: argv lists with a timeout, stderr
+captured, failures translated into :mod:`bridge.errors` at this edge:
+
+* the command timed out, or slurmctld could not be reached → :class:`TransientBackendError`
+  (retried here a few times; note that Slurm's client already spends ~9 s retrying the
+  connection before it reports "Unable to contact slurm controller");
+* Slurm refused the request ("Invalid node name specified", "Invalid node state specified",
+  "Invalid input: ...") → :class:`InvalidInput`;
+* anything else → :class:`BackendError`.
+
+Which node listing is used is found out once: ``scontrol show nodes --json`` (Slurm >= 23.02);
+Slurm 22.05's scontrol rejects ``--json`` ("unrecognized option"), and then ``sinfo --json --all``
+is used. Slurm 22.05 hides powered-down ``State=CLOUD`` nodes from every listing unless
+slurm.conf has ``PrivateData=cloud`` (``--all`` does not help).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
+
+from bridge.adapters import slurm_json
+from bridge.adapters.slurm_json import SlurmJob
+from bridge.domain import hostlist
+from bridge.domain.nodes import SlurmNode
+from bridge.errors import BackendError, InvalidInput, TransientBackendError
+
+log = logging.getLogger(__name__)
+
+#: stderr fragments meaning slurmctld was not reachable (or did not answer in time).
+_TRANSIENT_MARKERS: Final = (
+    "Unable to contact slurm controller",
+    "Socket timed out",
+    "Connection refused",
+    "connect failure",
+    "Zero Bytes were transmitted",
+    "Transport endpoint is not connected",
+    "slurmctld not responding",
+)
+#: stderr fragments meaning Slurm understood the request and refused it.
+_INVALID_MARKERS: Final = (
+    "Invalid node name",
+    "Invalid node state",
+    "Invalid input",
+    "Unable to parse",
+)
+#: What Slurm 22.05's scontrol says to ``--json``.
+_NO_JSON_MARKER: Final = "unrecognized option '--json'"
+
+
+class SlurmCli:
+    """Slurm's JSON CLI behind a small typed interface.
+
+    ``bin_dir`` holds ``scontrol``, ``sinfo`` and ``squeue`` (absolute paths are used because
+    Slurm hooks run with no ``PATH``); ``conf`` is passed as ``SLURM_CONF`` when set.
+    """
+
+    def __init__(
+        self,
+        bin_dir: str = "/usr/bin",
+        timeout_s: float = 10.0,
+        conf: str | None = None,
+        *,
+        attempts: int = 3,
+        retry_wait_s: float = 0.5,
+    ) -> None:
+        self._bin_dir = Path(bin_dir)
+        self._timeout_s = timeout_s
+        self._conf = conf
+        self._attempts = attempts
+        self._retry_wait_s = retry_wait_s
+        # None until the first listing tells us whether scontrol understands --json.
+        self._scontrol_json: bool | None = None
+
+    def list_nodes(self) -> list[SlurmNode]:
+        """Every node slurmctld knows, one entry per node, powered-down CLOUD nodes included."""
+        if self._scontrol_json is not False:
+            argv = self._argv("scontrol", "show", "nodes", "--json")
+            try:
+                doc = self._fetch(argv)
+            except InvalidInput as e:
+                if _NO_JSON_MARKER not in str(e):
+                    raise
+                log.info("scontrol does not support --json (Slurm < 23.02); using sinfo --json")
+                self._scontrol_json = False
+            else:
+                self._scontrol_json = True
+                return slurm_json.parse_nodes(doc, _show(argv))
+        argv = self._argv("sinfo", "--json", "--all")
+        nodes = slurm_json.parse_nodes(self._fetch(argv), _show(argv))
+        if not nodes:
+            log.warning(
+                "sinfo --json lists no nodes; Slurm 22.05 hides powered-down CLOUD nodes unless "
+                "slurm.conf sets PrivateData=cloud"
+            )
+        return nodes
+
+    def list_jobs(self) -> list[SlurmJob]:
+        """Jobs in the queue (id, state, nodes) from ``squeue --json``."""
+        argv = self._argv("squeue", "--json")
+        return slurm_json.parse_squeue(self._fetch(argv), _show(argv))
+
+    def update_nodes(self, names: Sequence[str], *, state: str, reason: str | None = None) -> None:
+        """Run one ``scontrol update nodename=<hostlist> state=<state> [reason=<reason>]``."""
+        if not names:
+            return
+        if not state or any(c.isspace() for c in state):
+            raise InvalidInput(f"invalid Slurm node state {state!r}")
+        argv = self._argv(
+            "scontrol", "update", f"nodename={hostlist.compress(names)}", f"state={state}"
+        )
+        if reason is not None:
+            # One argv element: scontrol takes the whole "reason=..." word, spaces included.
+            argv.append(f"reason={reason}")
+        self._run(argv)
+        log.info("scontrol update nodes=%s state=%s reason=%r", ",".join(names), state, reason)
+
+    # --- internals ------------------------------------------------------------------------------
+
+    def _argv(self, command: str, *args: str) -> list[str]:
+        return [str(self._bin_dir / command), *args]
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self._conf is not None:
+            env["SLURM_CONF"] = self._conf
+        return env
+
+    def _run(self, argv: list[str]) -> str:
+        return self._retrying(argv)(self._run_once, argv)
+
+    def _fetch(self, argv: list[str]) -> dict[str, Any]:
+        """Run a JSON command and decode it; errors Slurm reports inside it count as failures."""
+        return self._retrying(argv)(lambda: self._document(self._run_once(argv), argv))
+
+    def _retrying(self, argv: list[str]) -> Retrying:
+        return Retrying(
+            retry=retry_if_exception_type(TransientBackendError),
+            stop=stop_after_attempt(self._attempts),
+            wait=wait_fixed(self._retry_wait_s),
+            before_sleep=lambda state: log.warning(
+                "retrying %s after: %s", _show(argv), state.outcome and state.outcome.exception()
+            ),
+            reraise=True,
+        )
+
+    def _run_once(self, argv: list[str]) -> str:
+        shown = _show(argv)
+        try:
+            done = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=self._timeout_s,
+                env=self._env(),
+                check=True,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired as e:
+            raise TransientBackendError(f"{shown}: timed out after {self._timeout_s:g} s") from e
+        except subprocess.CalledProcessError as e:
+            stderr = (e.stderr or "").strip() or (e.stdout or "").strip()
+            message = f"{shown}: exit status {e.returncode}: {stderr}"
+            if any(marker in stderr for marker in _TRANSIENT_MARKERS):
+                raise TransientBackendError(message) from e
+            if any(marker in stderr for marker in _INVALID_MARKERS) or _NO_JSON_MARKER in stderr:
+                raise InvalidInput(message) from e
+            raise BackendError(message) from e
+        except OSError as e:
+            raise BackendError(f"{shown}: cannot run: {e}") from e
+        return done.stdout
+
+    def _document(self, out: str, argv: list[str]) -> dict[str, Any]:
+        doc = slurm_json.load_document(out, _show(argv))
+        errors = slurm_json.reported_errors(doc)
+        if errors:
+            # 22.05 sinfo/squeue exit 0 and report "Unspecified error" inside the document when
+            # slurmctld is unreachable: the one cause seen, so treat it as transient.
+            raise TransientBackendError(f"{_show(argv)}: Slurm reported: {'; '.join(errors)}")
+        return doc
+
+
+def _show(argv: Sequence[str]) -> str:
+    """The command as a person would type it (program name without its directory)."""
+    return " ".join([Path(argv[0]).name, *argv[1:]])

@@ -1,0 +1,301 @@
+"""Parse Slurm's JSON CLI output into domain values. Pure: no subprocess, no I/O.
+
+Two shapes are understood, both recorded from real daemons under ``tests/data/slurm/``:
+
+* Slurm 22.05 ``sinfo --json`` (openapi v0.0.38): ``nodes[].state`` is a lower-case string
+  (``"idle"``), the flags are in ``nodes[].state_flags``.
+* Slurm 24.11 ``scontrol show nodes --json`` (data_parser v0.0.42): ``nodes[].state`` is one list,
+  base state first, then the flags (``["IDLE", "CLOUD", "POWERED_DOWN"]``).
+
+Slurm 24.11's ``sinfo --json`` is a different document (``sinfo[]`` grouped by partition and state,
+without per-node reasons); it is rejected with a message pointing at ``scontrol show nodes --json``.
+
+Slurm reports some failures *inside* the document with exit status 0: 22.05 ``sinfo --json`` with
+slurmctld unreachable prints ``"errors": [{"error": "Unspecified error", "errno": -1}]`` and no
+nodes. :func:`reported_errors` exposes them so the caller can decide how to classify them; the
+parsers refuse such a document rather than return an empty, misleading node list.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, NotRequired, TypedDict, TypeGuard
+
+from bridge.domain.nodes import SlurmNode
+from bridge.errors import BackendError
+
+# --- Raw JSON, as Slurm prints it (only the fields we read) -----------------------------------
+
+
+class SlurmErrorV0038(TypedDict, total=False):
+    """One entry of ``errors``; 22.05 and 24.11 fill different subsets."""
+
+    error: str
+    errno: int
+    error_number: int
+    description: str
+    source: str
+
+
+class NodeV0038(TypedDict):
+    """A node in Slurm 22.05 ``sinfo --json``."""
+
+    name: str
+    state: str
+    state_flags: list[str]
+    reason: str
+    address: str
+    partitions: NotRequired[list[str]]
+
+
+class SinfoV0038(TypedDict):
+    """Slurm 22.05 ``sinfo --json``."""
+
+    meta: dict[str, Any]
+    errors: list[SlurmErrorV0038]
+    nodes: list[NodeV0038]
+
+
+class NodeV0042(TypedDict):
+    """A node in Slurm 24.11 ``scontrol show nodes --json``."""
+
+    name: str
+    state: list[str]
+    reason: str
+    address: str
+    partitions: NotRequired[list[str]]
+
+
+class ScontrolNodesV0042(TypedDict):
+    """Slurm 24.11 ``scontrol show nodes --json``."""
+
+    meta: dict[str, Any]
+    errors: list[SlurmErrorV0038]
+    warnings: list[dict[str, Any]]
+    nodes: list[NodeV0042]
+
+
+class JobRaw(TypedDict):
+    """A job in ``squeue --json``: ``job_state`` is a string in 22.05, a list in 24.11."""
+
+    job_id: int
+    job_state: str | list[str]
+    nodes: str
+
+
+class SqueueRaw(TypedDict):
+    """``squeue --json`` of 22.05 and 24.11 (only the fields we read)."""
+
+    errors: list[SlurmErrorV0038]
+    jobs: list[JobRaw]
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """One job as ``squeue`` reports it: base state upper-case, flags aside, nodes as a hostlist."""
+
+    job_id: int
+    state: str
+    flags: frozenset[str] = field(default_factory=frozenset)
+    nodes: str = ""
+
+
+# --- Public functions ---------------------------------------------------------------------------
+
+
+def load_document(text: str, what: str) -> dict[str, Any]:
+    """Decode Slurm's JSON output; ``what`` names the command for the error message."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BackendError(f"{what}: output is not JSON ({e}): {_short(text)!r}") from e
+    if not isinstance(doc, dict):
+        raise BackendError(f"{what}: expected a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+def reported_errors(doc: dict[str, Any]) -> list[str]:
+    """Error messages Slurm put inside the document (empty when there are none)."""
+    errors = doc.get("errors", [])
+    if not isinstance(errors, list):
+        raise BackendError(f"'errors' should be a list, got {type(errors).__name__}")
+    messages = []
+    for entry in errors:
+        if isinstance(entry, dict):
+            parts = [
+                str(entry[key])
+                for key in ("source", "description", "error")
+                if entry.get(key) not in (None, "")
+            ]
+            code = entry.get("error_number", entry.get("errno"))
+            text = ": ".join(parts) or "error"
+            messages.append(f"{text} (errno {code})" if code is not None else text)
+        else:
+            messages.append(str(entry))
+    return messages
+
+
+def parse_nodes(doc: dict[str, Any], what: str = "slurm json") -> list[SlurmNode]:
+    """Parse either supported node document, chosen by its shape (see the module docstring)."""
+    _refuse_reported_errors(doc, what)
+    if "sinfo" in doc and "nodes" not in doc:
+        raise BackendError(
+            f"{what}: this is Slurm >= 23.02 'sinfo --json' (grouped, no per-node reasons); "
+            "use 'scontrol show nodes --json'"
+        )
+    nodes = _list(doc, "nodes", what)
+    if nodes and isinstance(nodes[0], dict) and isinstance(nodes[0].get("state"), list):
+        return parse_scontrol_nodes_v0042(doc, what)
+    return parse_sinfo_v0038(doc, what)
+
+
+def parse_sinfo_v0038(doc: dict[str, Any], what: str = "sinfo --json") -> list[SlurmNode]:
+    """Parse Slurm 22.05 ``sinfo --json``; a node listed more than once is kept once."""
+    _refuse_reported_errors(doc, what)
+    result: dict[str, SlurmNode] = {}
+    for index, item in enumerate(_list(doc, "nodes", what)):
+        raw = _node_v0038(item, f"{what}: nodes[{index}]")
+        # Older sinfo prints a node once per partition; the entries are the same node record.
+        result.setdefault(
+            raw["name"],
+            SlurmNode(
+                name=raw["name"],
+                state=raw["state"].upper(),
+                flags=frozenset(flag.upper() for flag in raw["state_flags"]),
+                reason=raw["reason"],
+                address=raw["address"],
+            ),
+        )
+    return list(result.values())
+
+
+def parse_scontrol_nodes_v0042(
+    doc: dict[str, Any], what: str = "scontrol show nodes --json"
+) -> list[SlurmNode]:
+    """Parse Slurm 24.11 ``scontrol show nodes --json`` (``state`` is a list, base state first)."""
+    _refuse_reported_errors(doc, what)
+    result: dict[str, SlurmNode] = {}
+    for index, item in enumerate(_list(doc, "nodes", what)):
+        raw = _node_v0042(item, f"{what}: nodes[{index}]")
+        # data_parser writes the base state first, then every flag.
+        base, *flags = raw["state"]
+        result.setdefault(
+            raw["name"],
+            SlurmNode(
+                name=raw["name"],
+                state=base.upper(),
+                flags=frozenset(flag.upper() for flag in flags),
+                reason=raw["reason"],
+                address=raw["address"],
+            ),
+        )
+    return list(result.values())
+
+
+def parse_squeue(doc: dict[str, Any], what: str = "squeue --json") -> list[SlurmJob]:
+    """Parse ``squeue --json`` of 22.05 (state string) or 24.11 (state list) minimally."""
+    _refuse_reported_errors(doc, what)
+    jobs = []
+    for index, raw in enumerate(_list(doc, "jobs", what)):
+        where = f"{what}: jobs[{index}]"
+        if not isinstance(raw, dict):
+            raise BackendError(f"{where} is not an object")
+        job_id = raw.get("job_id")
+        if not isinstance(job_id, int) or isinstance(job_id, bool):
+            raise BackendError(f"{where}: 'job_id' missing or not an integer")
+        state = raw.get("job_state")
+        if isinstance(state, str):
+            states = [state]
+        elif _is_str_list(state) and state:
+            states = state
+        else:
+            raise BackendError(f"{where} (job {job_id}): 'job_state' missing or malformed")
+        jobs.append(
+            SlurmJob(
+                job_id=job_id,
+                state=states[0].upper(),
+                flags=frozenset(s.upper() for s in states[1:]),
+                nodes=_optional_str(raw, "nodes", where),
+            )
+        )
+    return jobs
+
+
+# --- Field access with errors that say what was missing -----------------------------------------
+
+
+def _refuse_reported_errors(doc: dict[str, Any], what: str) -> None:
+    errors = reported_errors(doc)
+    if errors:
+        raise BackendError(f"{what}: Slurm reported errors: {'; '.join(errors)}")
+
+
+def _node_v0038(item: object, where: str) -> NodeV0038:
+    if not isinstance(item, dict):
+        raise BackendError(f"{where} is not an object")
+    name = _str(item, "name", where)
+    where = f"{where} ({name})"
+    return NodeV0038(
+        name=name,
+        state=_str(item, "state", where),
+        state_flags=_str_list(item, "state_flags", where),
+        reason=_optional_str(item, "reason", where),
+        address=_optional_str(item, "address", where),
+    )
+
+
+def _node_v0042(item: object, where: str) -> NodeV0042:
+    if not isinstance(item, dict):
+        raise BackendError(f"{where} is not an object")
+    name = _str(item, "name", where)
+    where = f"{where} ({name})"
+    state = _str_list(item, "state", where)
+    if not state:
+        raise BackendError(f"{where}: 'state' is an empty list")
+    return NodeV0042(
+        name=name,
+        state=state,
+        reason=_optional_str(item, "reason", where),
+        address=_optional_str(item, "address", where),
+    )
+
+
+def _list(doc: dict[str, Any], key: str, what: str) -> list[Any]:
+    if key not in doc:
+        raise BackendError(f"{what}: no '{key}' in the document")
+    value = doc[key]
+    if not isinstance(value, list):
+        raise BackendError(f"{what}: '{key}' should be a list, got {type(value).__name__}")
+    return value
+
+
+def _str(raw: dict[str, Any], key: str, where: str) -> str:
+    value = raw.get(key)
+    if not isinstance(value, str) or not value:
+        raise BackendError(f"{where}: '{key}' missing or not a non-empty string")
+    return value
+
+
+def _optional_str(raw: dict[str, Any], key: str, where: str) -> str:
+    value = raw.get(key, "")
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise BackendError(f"{where}: '{key}' should be a string, got {type(value).__name__}")
+    return value
+
+
+def _is_str_list(value: object) -> TypeGuard[list[str]]:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _str_list(raw: dict[str, Any], key: str, where: str) -> list[str]:
+    value = raw.get(key)
+    if not _is_str_list(value):
+        raise BackendError(f"{where}: '{key}' missing or not a list of strings")
+    return value
+
+
+def _short(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."

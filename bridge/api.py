@@ -1,0 +1,420 @@
+"""The gRPC edge: translates proto requests into use-case calls and domain results back.
+
+Nothing here decides anything. The servicer checks the transport contract (required fields,
+enum values), calls the :class:`BridgeUseCases` object it was given, maps per-node results onto
+the proto one to one, maps the bridge's errors onto gRPC status codes, and logs one line per
+request. :func:`build_server` binds the Unix socket (and optionally TCP with mutual TLS) and adds
+the standard ``grpc.health.v1`` service.
+"""
+
+from __future__ import annotations
+
+import grp
+import logging
+import os
+import socket
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent import futures
+from pathlib import Path
+from typing import Any, NamedTuple, NoReturn, Protocol
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
+from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
+from bridge.client import (
+    ERROR_CLASS_TO_PB,
+    ERROR_METADATA_KEY,
+    NODE_EVENT_KIND_TO_PB,
+    OUTCOME_TO_PB,
+    TlsFiles,
+    read_tls_files,
+)
+from bridge.domain.results import NodeResult, NodeStatus, Outcome
+from bridge.errors import (
+    BackendError,
+    BridgeError,
+    ConfigError,
+    InvalidInput,
+    TransientBackendError,
+    UnknownNode,
+)
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Bridge"].full_name
+
+_NODE_EVENT_KINDS = {v: k for k, v in NODE_EVENT_KIND_TO_PB.items()}
+
+
+class BridgeUseCases(Protocol):
+    """What the servicer needs from the service layer; one method per RPC."""
+
+    def resume(self, hostlist: str, resume_file: str, request_id: str) -> list[NodeResult]:
+        """Back every node of ``hostlist`` with a pod."""
+        ...
+
+    def suspend(self, hostlist: str, request_id: str) -> list[NodeResult]:
+        """Remove the pods of ``hostlist``."""
+        ...
+
+    def resume_failed(self, hostlist: str, request_id: str) -> list[NodeResult]:
+        """Clean up after Slurm gave up resuming ``hostlist``."""
+        ...
+
+    def node_event(
+        self, kind: str, hostlist: str, reason: str, request_id: str
+    ) -> list[NodeResult]:
+        """React to a strigger node event (``kind``: down, drain, fail, up, idle)."""
+        ...
+
+    def list_nodes(self, hostlist: str) -> list[NodeStatus]:
+        """Slurm and Kubernetes state of ``hostlist`` (every pool's nodes when empty)."""
+        ...
+
+
+class TlsServerFiles(NamedTuple):
+    """PEM files for the TCP listener: server certificate, key, and the CA clients must chain to."""
+
+    cert: str
+    key: str
+    client_ca: str
+
+
+def status_code_for(exc: BaseException) -> grpc.StatusCode:
+    """The gRPC status a whole-call failure maps to (see the proto header)."""
+    if isinstance(exc, InvalidInput):
+        return grpc.StatusCode.INVALID_ARGUMENT
+    if isinstance(exc, TransientBackendError):
+        return grpc.StatusCode.UNAVAILABLE
+    if isinstance(exc, ConfigError | UnknownNode | BackendError):
+        return grpc.StatusCode.FAILED_PRECONDITION
+    return grpc.StatusCode.INTERNAL
+
+
+def _new_request_id() -> str:
+    return "srv-" + os.urandom(6).hex()
+
+
+def _result_to_pb(r: NodeResult) -> pb.NodeResult:
+    return pb.NodeResult(
+        node=r.node,
+        outcome=OUTCOME_TO_PB[r.outcome],
+        error_class=ERROR_CLASS_TO_PB[r.error_class],
+        message=r.message,
+    )
+
+
+def _status_to_pb(s: NodeStatus) -> pb.NodeStatus:
+    msg = pb.NodeStatus(
+        node=s.node,
+        pool=s.pool,
+        slurm_state=s.slurm_state,
+        pod_phase=s.pod_phase,
+        pod_ip=s.pod_ip,
+        reason=s.reason,
+    )
+    if s.since is not None:
+        msg.since.FromDatetime(s.since)
+    return msg
+
+
+class BridgeServicer(pb_grpc.BridgeServicer):
+    """Implements ``slurm_k8s_bridge.v1.Bridge`` on top of a :class:`BridgeUseCases`."""
+
+    def __init__(self, use_cases: BridgeUseCases) -> None:
+        self._use_cases = use_cases
+
+    def ResumeNodes(  # noqa: N802 (gRPC method name)
+        self, request: pb.ResumeNodesRequest, context: grpc.ServicerContext
+    ) -> pb.ResumeNodesResponse:
+        """See the proto."""
+        results, rid = self._mutate(
+            "ResumeNodes",
+            request.hostlist,
+            request.request_id,
+            context,
+            lambda rid: self._use_cases.resume(request.hostlist, request.resume_file, rid),
+        )
+        return pb.ResumeNodesResponse(results=results, request_id=rid)
+
+    def SuspendNodes(  # noqa: N802
+        self, request: pb.SuspendNodesRequest, context: grpc.ServicerContext
+    ) -> pb.SuspendNodesResponse:
+        """See the proto."""
+        results, rid = self._mutate(
+            "SuspendNodes",
+            request.hostlist,
+            request.request_id,
+            context,
+            lambda rid: self._use_cases.suspend(request.hostlist, rid),
+        )
+        return pb.SuspendNodesResponse(results=results, request_id=rid)
+
+    def ResumeFailed(  # noqa: N802
+        self, request: pb.ResumeFailedRequest, context: grpc.ServicerContext
+    ) -> pb.ResumeFailedResponse:
+        """See the proto."""
+        results, rid = self._mutate(
+            "ResumeFailed",
+            request.hostlist,
+            request.request_id,
+            context,
+            lambda rid: self._use_cases.resume_failed(request.hostlist, rid),
+        )
+        return pb.ResumeFailedResponse(results=results, request_id=rid)
+
+    def NodeEvent(  # noqa: N802
+        self, request: pb.NodeEventRequest, context: grpc.ServicerContext
+    ) -> pb.NodeEventResponse:
+        """See the proto."""
+
+        def call(rid: str) -> list[NodeResult]:
+            kind = _NODE_EVENT_KINDS.get(request.kind)
+            if kind is None:
+                raise InvalidInput(f"kind: {request.kind} is not a known node event kind")
+            return self._use_cases.node_event(kind, request.hostlist, request.reason, rid)
+
+        results, rid = self._mutate(
+            "NodeEvent", request.hostlist, request.request_id, context, call
+        )
+        return pb.NodeEventResponse(results=results, request_id=rid)
+
+    def ListNodes(  # noqa: N802
+        self, request: pb.ListNodesRequest, context: grpc.ServicerContext
+    ) -> pb.ListNodesResponse:
+        """See the proto."""
+        rid = _new_request_id()
+        start = time.monotonic()
+        try:
+            nodes = self._use_cases.list_nodes(request.hostlist)
+        except Exception as e:  # every failure must become a status, not a stack trace
+            self._abort(
+                context, rpc="ListNodes", rid=rid, hostlist=request.hostlist, exc=e, start=start
+            )
+        log.info(
+            "ListNodes request_id=%s hostlist=%s nodes=%d elapsed_ms=%.1f",
+            rid,
+            request.hostlist or "-",
+            len(nodes),
+            (time.monotonic() - start) * 1000,
+        )
+        return pb.ListNodesResponse(nodes=[_status_to_pb(n) for n in nodes])
+
+    def _mutate(
+        self,
+        rpc: str,
+        hostlist: str,
+        request_id: str,
+        context: grpc.ServicerContext,
+        call: Callable[[str], list[NodeResult]],
+    ) -> tuple[list[pb.NodeResult], str]:
+        """Run one mutating use case: validate, call, log one line, map results or abort."""
+        rid = request_id or _new_request_id()
+        start = time.monotonic()
+        try:
+            if not hostlist.strip():
+                raise InvalidInput("hostlist: required, got an empty string")
+            results = call(rid)
+        except Exception as e:  # every failure must become a status, not a stack trace
+            self._abort(context, rpc=rpc, rid=rid, hostlist=hostlist, exc=e, start=start)
+        counts = {o: 0 for o in Outcome}
+        for r in results:
+            counts[r.outcome] += 1
+        log.info(
+            "%s request_id=%s hostlist=%s nodes=%d ok=%d rejected=%d failed=%d elapsed_ms=%.1f",
+            rpc,
+            rid,
+            hostlist,
+            len(results),
+            counts[Outcome.OK],
+            counts[Outcome.REJECTED],
+            counts[Outcome.FAILED],
+            (time.monotonic() - start) * 1000,
+        )
+        return [_result_to_pb(r) for r in results], rid
+
+    @staticmethod
+    def _abort(
+        context: grpc.ServicerContext,
+        *,
+        rpc: str,
+        rid: str,
+        hostlist: str,
+        exc: Exception,
+        start: float,
+    ) -> NoReturn:
+        """Log the failure and end the call with the mapped status (and our metadata marker)."""
+        code = status_code_for(exc)
+        elapsed_ms = (time.monotonic() - start) * 1000
+        if isinstance(exc, BridgeError):
+            message = str(exc)
+            log.warning(
+                "%s request_id=%s hostlist=%s status=%s error=%s message=%s elapsed_ms=%.1f",
+                rpc,
+                rid,
+                hostlist or "-",
+                code.name,
+                type(exc).__name__,
+                message,
+                elapsed_ms,
+            )
+            context.set_trailing_metadata(((ERROR_METADATA_KEY, type(exc).__name__),))
+        else:
+            message = f"internal error: {type(exc).__name__}: {exc}"
+            log.exception(
+                "%s request_id=%s hostlist=%s status=%s bug=%s elapsed_ms=%.1f",
+                rpc,
+                rid,
+                hostlist or "-",
+                code.name,
+                type(exc).__name__,
+                elapsed_ms,
+            )
+        context.abort(code, f"{message} (request_id={rid})")
+
+
+class BridgeServer(grpc.Server):
+    """A :class:`grpc.Server` that also knows where it listens and cleans up its socket."""
+
+    def __init__(
+        self,
+        server: grpc.Server,
+        health_servicer: health.HealthServicer,
+        unix_socket: str | None,
+        tcp_port: int | None,
+    ) -> None:
+        self._server = server
+        self._health = health_servicer
+        #: The Unix socket path, when listening on one.
+        self.unix_socket = unix_socket
+        #: The bound TCP port (the real one when asked for port 0), when listening on TCP.
+        self.tcp_port = tcp_port
+
+    def add_generic_rpc_handlers(self, generic_rpc_handlers: Iterable[Any]) -> None:
+        """Delegate to the wrapped server."""
+        self._server.add_generic_rpc_handlers(generic_rpc_handlers)
+
+    def add_registered_method_handlers(self, service_name: str, method_handlers: Any) -> None:
+        """Delegate to the wrapped server (generated code calls this on recent grpcio)."""
+        self._server.add_registered_method_handlers(service_name, method_handlers)  # type: ignore[attr-defined]
+
+    def add_insecure_port(self, address: str) -> int:
+        """Delegate to the wrapped server."""
+        return self._server.add_insecure_port(address)
+
+    def add_secure_port(self, address: str, server_credentials: grpc.ServerCredentials) -> int:
+        """Delegate to the wrapped server."""
+        return self._server.add_secure_port(address, server_credentials)
+
+    def start(self) -> None:
+        """Start serving."""
+        self._server.start()
+        log.info("serving socket=%s tcp_port=%s", self.unix_socket or "-", self.tcp_port or "-")
+
+    def stop(self, grace: float | None = None) -> threading.Event:
+        """Report NOT_SERVING, stop accepting calls, and remove the socket file."""
+        self._health.enter_graceful_shutdown()
+        done = self._server.stop(grace)
+        if self.unix_socket is not None:
+            _remove_socket(Path(self.unix_socket))
+        return done
+
+    def wait_for_termination(self, timeout: float | None = None) -> bool:
+        """Block until the server stopped (or ``timeout`` passed)."""
+        return self._server.wait_for_termination(timeout)
+
+
+def build_server(
+    use_cases: BridgeUseCases,
+    *,
+    unix_socket: str | None,
+    socket_mode: int = 0o660,
+    socket_group: str | None = None,
+    tcp_listen: str | None = None,
+    tls: TlsServerFiles | Sequence[str] | None = None,
+    max_workers: int = 8,
+) -> BridgeServer:
+    """Build (not start) the bridge's gRPC server with the health service set to SERVING.
+
+    ``unix_socket``: path to listen on (parent created, stale socket removed, ``socket_mode`` and
+    ``socket_group`` applied after bind). ``tcp_listen``: ``host:port`` (port 0 picks one, see
+    :attr:`BridgeServer.tcp_port`); TCP is only ever served with mutual TLS, so it needs
+    ``tls`` = (cert, key, client_ca).
+    """
+    if unix_socket is None and tcp_listen is None:
+        raise ConfigError("api: set a Unix socket, a TCP listen address, or both")
+    if tcp_listen is not None and tls is None:
+        raise ConfigError("api: TCP listening requires mutual TLS (cert, key, client_ca)")
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers))
+    # The generated grpc module has no type hints.
+    pb_grpc.add_BridgeServicer_to_server(BridgeServicer(use_cases), server)  # type: ignore[no-untyped-call]
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for service in ("", SERVICE_NAME):  # "" is the whole server, as probes ask by default
+        health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+
+    if unix_socket is not None:
+        path = Path(unix_socket)
+        _prepare_socket_path(path)
+        if server.add_insecure_port(f"unix:{path}") == 0:
+            raise ConfigError(f"api: cannot listen on unix socket {path}")
+        _set_socket_access(path, socket_mode, socket_group)
+    tcp_port = None
+    if tcp_listen is not None and tls is not None:
+        cert, key, client_ca = read_tls_files(TlsFiles(*tls))
+        creds = grpc.ssl_server_credentials(
+            [(key, cert)], root_certificates=client_ca, require_client_auth=True
+        )
+        try:
+            tcp_port = server.add_secure_port(tcp_listen, creds)
+        except RuntimeError as e:
+            raise ConfigError(f"api: cannot listen on {tcp_listen}: {e}") from e
+        if tcp_port == 0:
+            raise ConfigError(f"api: cannot listen on {tcp_listen}")
+    return BridgeServer(server, health_servicer, unix_socket, tcp_port)
+
+
+def _prepare_socket_path(path: Path) -> None:
+    """Create the parent directory; remove a stale socket, but never a live one or a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise ConfigError(f"api: {path} exists and is not a socket; refusing to replace it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(0.5)
+        probe.connect(str(path))
+    except OSError:
+        log.info("removing stale socket %s", path)
+        path.unlink(missing_ok=True)
+        return
+    finally:
+        probe.close()
+    raise ConfigError(f"api: {path} is in use by another process (is a bridge already running?)")
+
+
+def _set_socket_access(path: Path, mode: int, group: str | None) -> None:
+    """Apply the socket's mode and group: who may connect is decided by file permissions."""
+    if group is not None:
+        try:
+            gid = grp.getgrnam(group).gr_gid
+        except KeyError as e:
+            raise ConfigError(f"api: socket group {group!r} does not exist") from e
+        os.chown(path, -1, gid)
+    os.chmod(path, mode)
+
+
+def _remove_socket(path: Path) -> None:
+    try:
+        if stat.S_ISSOCK(path.lstat().st_mode):
+            path.unlink()
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,205 @@
+"""Composition root: wire config, adapters, service, gRPC server and the reconcile loop."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from types import FrameType
+
+from bridge.adapters.kubernetes import PodGateway, WatchExpired
+from bridge.adapters.slurm_cli import SlurmCli
+from bridge.api import TlsServerFiles, build_server
+from bridge.config import BridgeConfig
+from bridge.errors import BridgeError
+from bridge.service import BridgeService
+
+log = logging.getLogger(__name__)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line, for log shippers."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def configure_logging(log_format: str, level: int = logging.INFO) -> None:
+    handler = logging.StreamHandler()
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+class Reconciler:
+    """Runs ``reconcile_once`` every interval, and soon after a poke (pod event, RPC)."""
+
+    def __init__(self, service: BridgeService, interval_s: float, min_gap_s: float = 0.3) -> None:
+        self.service = service
+        self.interval_s = interval_s
+        self.min_gap_s = min_gap_s
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="reconcile", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                actions = self.service.reconcile_once()
+                if actions:
+                    log.info("reconcile: %d action(s)", len(actions))
+            except BridgeError as e:
+                log.warning("reconcile pass failed (next pass retries): %s", e)
+            except Exception:
+                log.exception("reconcile pass crashed (next pass retries)")
+            # Pod events arrive in bursts; coalesce them.
+            self._stop.wait(self.min_gap_s)
+
+
+class PodWatcher:
+    """Watches our pods and pokes the reconciler on every change; re-lists on 410 Gone."""
+
+    def __init__(self, pods: PodGateway, reconciler: Reconciler) -> None:
+        self.pods = pods
+        self.reconciler = reconciler
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pod-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        version = ""
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                if not version:
+                    _, version = self.pods.list_pods()
+                for event in self.pods.watch(version, timeout_s=30):
+                    log.debug("pod %s %s phase=%s", event.pod.name, event.kind, event.pod.phase)
+                    self.reconciler.poke()
+                    if self._stop.is_set():
+                        return
+                backoff = 0.5
+                # A watch that ends normally is resumed from a fresh list (cheap, and simple).
+                version = ""
+            except WatchExpired:
+                log.info("pod watch expired; listing again")
+                version = ""
+            except BridgeError as e:
+                log.warning("pod watch failed, retrying in %.1fs: %s", backoff, e)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 10)
+                version = ""
+
+
+@dataclass
+class Bridge:
+    """A running bridge: stop() shuts it down gracefully."""
+
+    service: BridgeService
+    pods: PodGateway
+    reconciler: Reconciler
+    watcher: PodWatcher
+    server: object
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        self.server.stop(grace_s)  # type: ignore[attr-defined]
+        self.watcher.stop()
+        self.reconciler.stop()
+        self.pods.close()
+
+
+def start(config: BridgeConfig) -> Bridge:
+    """Connect the adapters, start the gRPC server, the watch and the reconcile loop."""
+    pods = PodGateway.connect(
+        kubeconfig=config.kubernetes.kubeconfig,
+        context=config.kubernetes.context,
+        namespace=config.kubernetes.namespace,
+        cluster_name=config.cluster_name,
+        concurrency=config.bridge.create_concurrency,
+    )
+    slurm = SlurmCli(
+        bin_dir=config.slurm.bin_dir,
+        timeout_s=config.slurm.command_timeout_s,
+        conf=config.slurm.conf,
+    )
+    service = BridgeService(config, slurm, pods)
+    reconciler = Reconciler(service, config.bridge.reconcile_interval_s)
+    tls = None
+    if config.bridge.tls_cert and config.bridge.tls_key and config.bridge.tls_client_ca:
+        tls = TlsServerFiles(config.bridge.tls_cert, config.bridge.tls_key,
+                             config.bridge.tls_client_ca)
+    server = build_server(
+        service,
+        unix_socket=config.bridge.socket or None,
+        socket_mode=config.bridge.socket_mode,
+        socket_group=config.bridge.socket_group,
+        tcp_listen=config.bridge.tcp_listen,
+        tls=tls,
+    )
+    server.start()
+    watcher = PodWatcher(pods, reconciler)
+    reconciler.start()
+    watcher.start()
+    reconciler.poke()  # converge at once after a (re)start
+    log.info(
+        "bridge serving on %s%s; namespace %s; pools %s",
+        config.bridge.socket,
+        f" and {config.bridge.tcp_listen}" if config.bridge.tcp_listen else "",
+        config.kubernetes.namespace,
+        ", ".join(f"{p.name}={p.nodes}" for p in config.pools),
+    )
+    return Bridge(service, pods, reconciler, watcher, server)
+
+
+def serve(config: BridgeConfig) -> int:
+    """Run until SIGTERM/SIGINT, then shut down gracefully."""
+    bridge = start(config)
+    stopping = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %d: shutting down", signum)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while not stopping.is_set():
+        stopping.wait(1.0)
+    started = time.monotonic()
+    bridge.stop()
+    log.info("stopped in %.1fs", time.monotonic() - started)
+    return 0

@@ -1,0 +1,242 @@
+"""A small synchronous client for the bridge's gRPC API, used by the hooks and the CLI.
+
+It hides the generated code: methods take plain strings and return the domain's
+:class:`NodeResult` / :class:`NodeStatus`. Whole-call failures come back as the bridge's own
+errors (see :func:`_error_from_rpc`). Only UNAVAILABLE is retried, a few times and quickly, inside
+one overall deadline, because a Slurm hook has well under a second to spare; every RPC is
+idempotent, so a retry after a lost answer is harmless.
+
+Keep the imports light: the hooks pay for every module at start-up.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC
+from types import TracebackType
+from typing import NamedTuple, TypeVar
+
+import grpc
+
+from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
+from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
+from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
+from bridge.errors import BridgeError, ConfigError, InvalidInput, TransientBackendError
+
+#: The default target: the Unix socket the bridge listens on next to slurmctld.
+DEFAULT_TARGET = "unix:/run/slurm-k8s-bridge/bridge.sock"
+#: Event kinds NodeEvent accepts (strigger's node events), as the use cases spell them.
+NODE_EVENT_KIND_TO_PB: dict[str, pb.NodeEventKind] = {
+    "down": pb.NODE_EVENT_KIND_DOWN,
+    "drain": pb.NODE_EVENT_KIND_DRAIN,
+    "fail": pb.NODE_EVENT_KIND_FAIL,
+    "up": pb.NODE_EVENT_KIND_UP,
+    "idle": pb.NODE_EVENT_KIND_IDLE,
+}
+NODE_EVENT_KINDS = tuple(NODE_EVENT_KIND_TO_PB)
+#: Domain value -> proto value; the server uses these tables too, so both ends agree.
+OUTCOME_TO_PB: dict[Outcome, pb.Outcome] = {
+    Outcome.OK: pb.OUTCOME_OK,
+    Outcome.REJECTED: pb.OUTCOME_REJECTED,
+    Outcome.FAILED: pb.OUTCOME_FAILED,
+}
+ERROR_CLASS_TO_PB: dict[ErrorClass, pb.ErrorClass] = {
+    ErrorClass.NONE: pb.ERROR_CLASS_NONE,
+    ErrorClass.INVALID: pb.ERROR_CLASS_INVALID,
+    ErrorClass.UNKNOWN_NODE: pb.ERROR_CLASS_UNKNOWN_NODE,
+    ErrorClass.NO_CAPACITY: pb.ERROR_CLASS_NO_CAPACITY,
+    ErrorClass.TRANSIENT: pb.ERROR_CLASS_TRANSIENT,
+    ErrorClass.INTERNAL: pb.ERROR_CLASS_INTERNAL,
+}
+#: Trailing metadata key the server sets on whole-call errors it raised on purpose, so an
+#: UNAVAILABLE from a bridge backend is told apart from "could not reach the bridge at all".
+ERROR_METADATA_KEY = "skb-error"
+
+_T = TypeVar("_T")
+
+_OUTCOME_FROM_PB = {v: k for k, v in OUTCOME_TO_PB.items()}
+_ERROR_CLASS_FROM_PB = {v: k for k, v in ERROR_CLASS_TO_PB.items()}
+_BACKOFF_S = (0.05, 0.1, 0.2, 0.4)
+# Without these, a channel that failed to connect waits ~1 s before it tries again, so quick
+# retries would fail at once without ever reconnecting.
+_CHANNEL_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.min_reconnect_backoff_ms", 50),
+    ("grpc.max_reconnect_backoff_ms", 250),
+)
+
+
+class BridgeUnreachable(TransientBackendError):  # noqa: N818 (named like errors.py's classes)
+    """The bridge itself could not be reached within the deadline (no socket, refused, hung).
+
+    The message is short enough for a Slurm reason; ``details`` keeps grpc's full text.
+    """
+
+    def __init__(self, message: str, details: str = "") -> None:
+        super().__init__(message)
+        self.details = details
+
+
+class TlsFiles(NamedTuple):
+    """PEM files for mutual TLS: our certificate and key, and the CA that signed the peer."""
+
+    cert: str
+    key: str
+    ca: str
+
+
+def read_tls_files(tls: TlsFiles) -> tuple[bytes, bytes, bytes]:
+    """Read the three PEM files (cert, key, ca); an unreadable file is a :class:`ConfigError`."""
+    try:
+        with open(tls.cert, "rb") as c, open(tls.key, "rb") as k, open(tls.ca, "rb") as a:
+            return c.read(), k.read(), a.read()
+    except OSError as e:
+        raise ConfigError(f"cannot read TLS file: {e}") from e
+
+
+class BridgeClient:
+    """Calls the bridge; one channel per client, safe to reuse for several calls."""
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        tls: TlsFiles | None = None,
+        timeout_s: float = 2.0,
+        *,
+        attempts: int = 3,
+    ) -> None:
+        """Open a channel to ``target`` (``unix:/path`` or ``host:port``; mTLS when ``tls``).
+
+        ``timeout_s`` bounds each method call in total, retries included.
+        """
+        self.target = target
+        self.timeout_s = timeout_s
+        self.attempts = max(1, attempts)
+        if tls is None:
+            self._channel = grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        else:
+            cert, key, ca = read_tls_files(tls)
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=ca, private_key=key, certificate_chain=cert
+            )
+            self._channel = grpc.secure_channel(target, creds, options=_CHANNEL_OPTIONS)
+        # The generated grpc module has no type hints; the stub's methods return typed messages.
+        self._stub = pb_grpc.BridgeStub(self._channel)  # type: ignore[no-untyped-call]
+
+    def close(self) -> None:
+        """Close the channel."""
+        self._channel.close()
+
+    def __enter__(self) -> BridgeClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def resume_nodes(
+        self, hostlist: str, resume_file: str = "", request_id: str = ""
+    ) -> list[NodeResult]:
+        """ResumeNodes: pods for ``hostlist``; ``resume_file`` is $SLURM_RESUME_FILE's text."""
+        req = pb.ResumeNodesRequest(
+            hostlist=hostlist, resume_file=resume_file, request_id=request_id
+        )
+        resp = self._call(lambda t: self._stub.ResumeNodes(req, timeout=t))
+        return [result_from_pb(r) for r in resp.results]
+
+    def suspend_nodes(self, hostlist: str, request_id: str = "") -> list[NodeResult]:
+        """SuspendNodes: delete the pods of ``hostlist``."""
+        req = pb.SuspendNodesRequest(hostlist=hostlist, request_id=request_id)
+        resp = self._call(lambda t: self._stub.SuspendNodes(req, timeout=t))
+        return [result_from_pb(r) for r in resp.results]
+
+    def resume_failed(self, hostlist: str, request_id: str = "") -> list[NodeResult]:
+        """ResumeFailed: Slurm gave up resuming ``hostlist``."""
+        req = pb.ResumeFailedRequest(hostlist=hostlist, request_id=request_id)
+        resp = self._call(lambda t: self._stub.ResumeFailed(req, timeout=t))
+        return [result_from_pb(r) for r in resp.results]
+
+    def node_event(
+        self, kind: str, hostlist: str, reason: str = "", request_id: str = ""
+    ) -> list[NodeResult]:
+        """NodeEvent: forward a strigger node event; ``kind`` is one of :data:`NODE_EVENT_KINDS`."""
+        if kind not in NODE_EVENT_KINDS:
+            raise InvalidInput(f"node event kind {kind!r} is not one of {NODE_EVENT_KINDS}")
+        req = pb.NodeEventRequest(
+            kind=NODE_EVENT_KIND_TO_PB[kind],
+            hostlist=hostlist,
+            reason=reason,
+            request_id=request_id,
+        )
+        resp = self._call(lambda t: self._stub.NodeEvent(req, timeout=t))
+        return [result_from_pb(r) for r in resp.results]
+
+    def list_nodes(self, hostlist: str = "") -> list[NodeStatus]:
+        """ListNodes: Slurm and pod state side by side; empty ``hostlist`` means every node."""
+        req = pb.ListNodesRequest(hostlist=hostlist)
+        resp = self._call(lambda t: self._stub.ListNodes(req, timeout=t))
+        return [status_from_pb(n) for n in resp.nodes]
+
+    def _call(self, rpc: Callable[[float], _T]) -> _T:
+        """Run ``rpc(timeout)``, retrying UNAVAILABLE within the overall deadline."""
+        deadline = time.monotonic() + self.timeout_s
+        attempt = 0
+        while True:
+            attempt += 1
+            remaining = deadline - time.monotonic()
+            try:
+                return rpc(max(remaining, 0.001))
+            except grpc.RpcError as e:
+                pause = _BACKOFF_S[min(attempt, len(_BACKOFF_S)) - 1]
+                retry = (
+                    e.code() == grpc.StatusCode.UNAVAILABLE
+                    and attempt < self.attempts
+                    and deadline - time.monotonic() > pause
+                )
+                if not retry:
+                    raise _error_from_rpc(e, self.target, attempt) from e
+                time.sleep(pause)
+
+
+def _error_from_rpc(e: grpc.RpcError, target: str, attempts: int) -> BridgeError:
+    """Translate a failed call into the bridge's error hierarchy."""
+    code = e.code()
+    details = e.details() or code.name
+    from_bridge = any(m.key == ERROR_METADATA_KEY for m in (e.trailing_metadata() or ()))
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return InvalidInput(details)
+    if code == grpc.StatusCode.UNAVAILABLE and from_bridge:
+        return TransientBackendError(details)
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        # grpc's text repeats the address and nests errors; the last one is the useful bit
+        # ("No such file or directory", "Connection refused", "Deadline Exceeded").
+        cause = details.rsplit("error: ", 1)[-1]
+        return BridgeUnreachable(f"{target}: {cause} ({attempts} attempts)", details)
+    return BridgeError(f"{code.name}: {details}")
+
+
+def result_from_pb(r: pb.NodeResult) -> NodeResult:
+    """Domain result of one proto result; an unknown outcome counts as an internal failure."""
+    outcome = _OUTCOME_FROM_PB.get(r.outcome)
+    error_class = _ERROR_CLASS_FROM_PB.get(r.error_class, ErrorClass.INTERNAL)
+    if outcome is None:
+        outcome, error_class = Outcome.FAILED, ErrorClass.INTERNAL
+    return NodeResult(node=r.node, outcome=outcome, error_class=error_class, message=r.message)
+
+
+def status_from_pb(n: pb.NodeStatus) -> NodeStatus:
+    """Domain status of one proto status row."""
+    return NodeStatus(
+        node=n.node,
+        pool=n.pool,
+        slurm_state=n.slurm_state,
+        pod_phase=n.pod_phase,
+        pod_ip=n.pod_ip,
+        reason=n.reason,
+        since=n.since.ToDatetime(tzinfo=UTC) if n.HasField("since") else None,
+    )

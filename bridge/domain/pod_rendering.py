@@ -1,0 +1,271 @@
+"""Render the pod for one Slurm node: the pool's pod template with the bridge's overlay on top.
+
+The user owns the template (scheduling, sidecars, volumes, extra env); the bridge owns the pod's
+identity (name, namespace, labels it selects on, hostname) and the ``slurmd`` container's contract
+with the image (entrypoint, ``SLURM_NODENAME``, ``SLURM_CONF_SERVER``, the munge key mount).
+Fields the bridge owns are rejected in templates by :func:`template_problems` instead of being
+overwritten silently; fields with a bridge default (resources, privileged, grace period ...) keep
+whatever the template sets.
+
+The result is plain JSON (camelCase keys) as the API server accepts it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.domain.pods import LABEL_CLUSTER, LABEL_MANAGED_BY, LABEL_NODE, LABEL_POOL, MANAGED_BY
+from bridge.domain.pools import NodePool
+
+SLURMD_CONTAINER = "slurmd"
+ENTRYPOINT = "/usr/local/bin/slurmd-entrypoint"
+MUNGE_VOLUME = "munge-key"
+MUNGE_MOUNT_DIR = "/etc/munge-secret"
+#: The Secret key holding the munge key; the entrypoint reads ``/etc/munge-secret/munge.key``.
+MUNGE_SECRET_KEY = "munge.key"  # noqa: S105 (a key name, not a secret)
+ENV_NODENAME = "SLURM_NODENAME"
+ENV_CONF_SERVER = "SLURM_CONF_SERVER"
+ENV_EXTRA_ARGS = "SLURMD_EXTRA_ARGS"
+DEFAULT_GRACE_PERIOD_S = 10
+_DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
+# Only the secret's owner may read it; the entrypoint copies it with munge's owner and mode.
+_SECRET_MODE = 0o400
+
+_OWN_LABELS = frozenset({LABEL_MANAGED_BY, LABEL_POOL, LABEL_NODE, LABEL_CLUSTER})
+_OWN_ENV = frozenset({ENV_NODENAME, ENV_CONF_SERVER})
+_TEMPLATE_KEYS = frozenset({"metadata", "spec"})
+_TEMPLATE_METADATA_KEYS = frozenset({"labels", "annotations"})
+# spec fields that carry the pod's identity or the fail-fast contract.
+_OWN_SPEC_KEYS = {
+    "hostname": "the bridge sets it to the node name",
+    "nodeName": "the scheduler places the pod; use nodeSelector or affinity",
+}
+
+
+@dataclass(frozen=True)
+class PodSettings:
+    """The cluster-wide values a pod needs beyond its pool (taken from the bridge config)."""
+
+    namespace: str
+    cluster_name: str
+    conf_server: str
+    munge_key_secret: str = "slurm-munge-key"  # noqa: S105 (the Secret's name)
+
+
+def pod_labels(pool: NodePool, node: str, settings: PodSettings) -> dict[str, str]:
+    """The labels the bridge selects its pods on."""
+    return {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_CLUSTER: settings.cluster_name,
+        LABEL_POOL: pool.name,
+        LABEL_NODE: node,
+    }
+
+
+def render_pod(pool: NodePool, node: str, settings: PodSettings) -> dict[str, Any]:
+    """The pod manifest for Slurm node ``node`` of ``pool`` (inputs are never modified)."""
+    if node not in pool:
+        raise ValueError(f"node {node!r} is not in pool {pool.name!r}")
+    template: dict[str, Any] = copy.deepcopy(dict(pool.pod_template))
+    metadata: dict[str, Any] = template.get("metadata") or {}
+    spec: dict[str, Any] = template.get("spec") or {}
+
+    annotations: dict[str, str] = dict(metadata.get("annotations") or {})
+    annotations.setdefault(_DEFAULT_CONTAINER_ANNOTATION, SLURMD_CONTAINER)
+    manifest_metadata: dict[str, Any] = {
+        "name": node,
+        "namespace": settings.namespace,
+        "labels": {**(metadata.get("labels") or {}), **pod_labels(pool, node, settings)},
+        "annotations": annotations,
+    }
+
+    spec["hostname"] = node
+    # A crashed slurmd must surface as a failed pod (and a DOWN node), not restart behind Slurm.
+    spec["restartPolicy"] = "Never"
+    spec.setdefault("enableServiceLinks", False)
+    spec.setdefault("automountServiceAccountToken", False)
+    spec.setdefault("terminationGracePeriodSeconds", DEFAULT_GRACE_PERIOD_S)
+
+    containers: list[dict[str, Any]] = list(spec.get("containers") or [])
+    index = next((i for i, c in enumerate(containers) if c.get("name") == SLURMD_CONTAINER), None)
+    if index is None:
+        # First, so tools that pick "the" container (kubectl logs/exec) find slurmd.
+        containers.insert(0, _slurmd_container(pool, node, settings, {}))
+    else:
+        containers[index] = _slurmd_container(pool, node, settings, containers[index])
+    spec["containers"] = containers
+
+    volumes: list[dict[str, Any]] = [
+        v for v in spec.get("volumes") or [] if v.get("name") != MUNGE_VOLUME
+    ]
+    volumes.append(
+        {
+            "name": MUNGE_VOLUME,
+            "secret": {
+                "secretName": settings.munge_key_secret,
+                "items": [{"key": MUNGE_SECRET_KEY, "path": MUNGE_SECRET_KEY}],
+                "defaultMode": _SECRET_MODE,
+            },
+        }
+    )
+    spec["volumes"] = volumes
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": manifest_metadata, "spec": spec}
+
+
+def _slurmd_container(
+    pool: NodePool, node: str, settings: PodSettings, template: dict[str, Any]
+) -> dict[str, Any]:
+    container = dict(template)
+    container["name"] = SLURMD_CONTAINER
+    container["image"] = container.get("image") or pool.image
+    # A custom image may ship its own entrypoint as long as it honours the same environment.
+    container.setdefault("command", [ENTRYPOINT])
+
+    own_env = [
+        {"name": ENV_NODENAME, "value": node},
+        {"name": ENV_CONF_SERVER, "value": settings.conf_server},
+    ]
+    user_env = [e for e in container.get("env") or [] if e.get("name") not in _OWN_ENV]
+    if not any(e.get("name") == ENV_EXTRA_ARGS for e in user_env):
+        own_env.append({"name": ENV_EXTRA_ARGS, "value": ""})
+    container["env"] = own_env + user_env
+
+    mounts = [m for m in container.get("volumeMounts") or [] if m.get("name") != MUNGE_VOLUME]
+    mounts.append({"name": MUNGE_VOLUME, "mountPath": MUNGE_MOUNT_DIR, "readOnly": True})
+    container["volumeMounts"] = mounts
+
+    resources: dict[str, Any] = dict(container.get("resources") or {})
+    shape = {"cpu": str(pool.cpus), "memory": f"{pool.real_memory_mb}Mi"}
+    # Requests equal to limits: Guaranteed QoS, so the kubelet evicts slurmd pods last.
+    for kind in ("requests", "limits"):
+        resources[kind] = {**shape, **(resources.get(kind) or {})}
+    container["resources"] = resources
+
+    security: dict[str, Any] = dict(container.get("securityContext") or {})
+    # slurmd creates job cgroups and namespaces; without privilege its jobs cannot be confined.
+    security.setdefault("privileged", True)
+    container["securityContext"] = security
+    return container
+
+
+Path = tuple[str | int, ...]
+
+
+def template_problems(template: Mapping[str, Any]) -> list[tuple[Path, str]]:
+    """What is wrong with a pool's pod template, as ``(path, message)`` pairs.
+
+    Checks only what the bridge relies on or would override; Kubernetes validates the rest when
+    the pod is created. Paths are relative to the template, e.g. ``("spec", "hostname")``.
+    """
+    problems: list[tuple[Path, str]] = [
+        ((key,), "unknown key; a pod template has only 'metadata' and 'spec'")
+        for key in template
+        if key not in _TEMPLATE_KEYS
+    ]
+    # `metadata:` left empty in YAML is None: treat it as absent, like the API server does.
+    metadata = template.get("metadata")
+    problems.extend(_metadata_problems({} if metadata is None else metadata))
+    spec = template.get("spec")
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, Mapping):
+        return [*problems, (("spec",), "must be a mapping")]
+    for key, why in _OWN_SPEC_KEYS.items():
+        if key in spec:
+            problems.append((("spec", key), why))
+    if spec.get("restartPolicy", "Never") != "Never":
+        problems.append(
+            (
+                ("spec", "restartPolicy"),
+                "must be Never: a crashed slurmd has to surface as a failure, not restart",
+            )
+        )
+    problems.extend(_containers_problems(spec.get("containers"), ("spec", "containers")))
+    volumes = spec.get("volumes") or []
+    if not isinstance(volumes, list):
+        problems.append((("spec", "volumes"), "must be a list"))
+    else:
+        for i, volume in enumerate(volumes):
+            if isinstance(volume, Mapping) and volume.get("name") == MUNGE_VOLUME:
+                problems.append(
+                    (("spec", "volumes", i, "name"), f"{MUNGE_VOLUME!r} is the bridge's volume")
+                )
+    return problems
+
+
+def _metadata_problems(metadata: object) -> list[tuple[Path, str]]:
+    if not isinstance(metadata, Mapping):
+        return [(("metadata",), "must be a mapping")]
+    problems: list[tuple[Path, str]] = [
+        (
+            ("metadata", key),
+            "the bridge sets the pod's identity; only labels and annotations may be given",
+        )
+        for key in metadata
+        if key not in _TEMPLATE_METADATA_KEYS
+    ]
+    for key in ("labels", "annotations"):
+        problems.extend(_string_map_problems(metadata.get(key), ("metadata", key)))
+    labels = metadata.get("labels")
+    for key in labels if isinstance(labels, Mapping) else ():
+        if key in _OWN_LABELS:
+            problems.append((("metadata", "labels", key), "the bridge sets this label"))
+    return problems
+
+
+def template_image(template: Mapping[str, Any]) -> str:
+    """The image the template gives its slurmd container, or ``""``."""
+    spec = template.get("spec")
+    containers = spec.get("containers") if isinstance(spec, Mapping) else None
+    for container in containers if isinstance(containers, list) else ():
+        if isinstance(container, Mapping) and container.get("name") == SLURMD_CONTAINER:
+            image = container.get("image")
+            return image if isinstance(image, str) else ""
+    return ""
+
+
+def _string_map_problems(value: object, path: Path) -> list[tuple[Path, str]]:
+    if value is None:
+        return []
+    if not isinstance(value, Mapping):
+        return [(path, "must be a mapping of strings")]
+    # YAML turns `gpu: true` into a boolean, which the API server rejects only at create time.
+    return [
+        ((*path, key), f"must be a string, got {item!r} (quote it)")
+        for key, item in value.items()
+        if not isinstance(item, str)
+    ]
+
+
+def _containers_problems(value: object, path: Path) -> list[tuple[Path, str]]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        return [(path, "must be a list of containers")]
+    problems: list[tuple[Path, str]] = []
+    for i, container in enumerate(value):
+        here = (*path, i)
+        if not isinstance(container, Mapping) or not isinstance(container.get("name"), str):
+            problems.append((here, "must be a container with a name"))
+            continue
+        if container["name"] != SLURMD_CONTAINER:
+            continue
+        env = container.get("env") or []
+        if not isinstance(env, list):
+            problems.append(((*here, "env"), "must be a list"))
+            continue
+        for j, entry in enumerate(env):
+            if isinstance(entry, Mapping) and entry.get("name") in _OWN_ENV:
+                problems.append(
+                    ((*here, "env", j, "name"), f"{entry['name']} is set by the bridge")
+                )
+        mounts = container.get("volumeMounts") or []
+        for j, mount in enumerate(mounts if isinstance(mounts, list) else ()):
+            if isinstance(mount, Mapping) and mount.get("name") == MUNGE_VOLUME:
+                problems.append(
+                    ((*here, "volumeMounts", j, "name"), f"{MUNGE_VOLUME!r} is the bridge's volume")
+                )
+    return problems

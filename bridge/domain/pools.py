@@ -1,0 +1,261 @@
+"""Node pools: which Slurm nodes exist, what Slurm should believe about them, and how to run them.
+
+A pool is a Slurm hostlist (``gpu-[0-63]``) plus the node shape Slurm is told (CPUs, RealMemory,
+Features, Gres, partition) plus the pod template the bridge fills in for each node. The pod name is
+the Slurm node name, so every node name must also be a valid pod name and hostname.
+
+Validation errors are :class:`PoolError` (a :class:`~bridge.errors.ConfigError`) carrying the field
+that is wrong, so the config loader can point at the file line that holds it.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from types import MappingProxyType
+from typing import Any
+
+from bridge.domain.hostlist import expand
+from bridge.errors import ConfigError, HostlistError
+
+# Kubernetes' DNS-1123 label: pod hostnames (spec.hostname) must be one, so node names must too.
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_LABEL_MAX = 63
+# Slurm splits Features/Gres lists on commas and node lines on blanks; '=' would end a value.
+_SLURM_WORD = re.compile(r"[A-Za-z0-9_.:+\-]+")
+# Slurm's Weight is a uint32 with the top values reserved (INFINITE and friends).
+_MAX_WEIGHT = 0xFFFFFFF0
+# slurm.conf treats these names specially (NodeName=DEFAULT, PartitionName=DEFAULT, ...).
+_RESERVED_SLURM_NAMES = frozenset({"default", "all", "localhost"})
+
+
+class PoolError(ConfigError):
+    """A pool is invalid; ``field`` is the pool field at fault (``nodes``, ``cpus``, ...).
+
+    ``pool_index`` is set when the error is about the pool's place in a :class:`PoolSet`
+    (duplicate names, a node owned twice); the config loader uses both to find the line.
+    """
+
+    def __init__(self, pool: str, field: str, message: str, pool_index: int | None = None) -> None:
+        super().__init__(f"pool {pool!r}: {field}: {message}")
+        self.pool = pool
+        self.field = field
+        self.reason = message
+        self.pool_index = pool_index
+
+
+def dns_label_problem(value: str) -> str | None:
+    """Why ``value`` is not a DNS-1123 label (Kubernetes' rule for hostnames), or ``None``."""
+    if not value:
+        return "must not be empty"
+    if len(value) > _DNS_LABEL_MAX:
+        return f"{value!r} is {len(value)} characters, more than {_DNS_LABEL_MAX}"
+    if not _DNS_LABEL.fullmatch(value):
+        return (
+            f"{value!r} is not a DNS-1123 label "
+            "(lower-case letters, digits and '-', starting and ending with a letter or digit)"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class NodePool:
+    """One pool of Slurm nodes backed by pods built from one template.
+
+    ``nodes`` is the hostlist as written; ``node_names`` its expansion (use :meth:`create` to get
+    it computed). ``pod_template`` is the user's pod fragment (``metadata`` and ``spec``), kept
+    read-only; renderers must deep-copy it before changing anything.
+    """
+
+    name: str
+    nodes: str
+    node_names: tuple[str, ...]
+    cpus: int
+    real_memory_mb: int
+    partition: str
+    image: str = ""
+    features: tuple[str, ...] = ()
+    gres: tuple[str, ...] = ()
+    # A dict is unhashable: leave it out of the hash (equality still compares it).
+    pod_template: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    weight: int | None = None
+
+    def __post_init__(self) -> None:
+        # Deep copy: a caller changing its dict later must not change the pool.
+        template = copy.deepcopy(dict(self.pod_template))
+        object.__setattr__(self, "pod_template", MappingProxyType(template))
+        self._validate()
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        name: str,
+        nodes: str,
+        cpus: int,
+        real_memory_mb: int,
+        partition: str | None = None,
+        image: str = "",
+        features: Iterable[str] = (),
+        gres: Iterable[str] = (),
+        pod_template: Mapping[str, Any] | None = None,
+        weight: int | None = None,
+    ) -> NodePool:
+        """Build a pool from its hostlist; the partition defaults to the pool's name."""
+        try:
+            names = tuple(expand(nodes))
+        except HostlistError as e:
+            raise PoolError(name, "nodes", str(e)) from e
+        return cls(
+            name=name,
+            nodes=nodes.strip(),
+            node_names=names,
+            cpus=cpus,
+            real_memory_mb=real_memory_mb,
+            partition=name if partition is None else partition,
+            image=image,
+            features=tuple(features),
+            gres=tuple(gres),
+            pod_template=pod_template or {},
+            weight=weight,
+        )
+
+    def _fail(self, field_name: str, message: str) -> PoolError:
+        return PoolError(self.name, field_name, message)
+
+    def _validate(self) -> None:
+        problem = dns_label_problem(self.name)
+        if problem:
+            # The name is a label value on every pod: keep it to the strictest common rule.
+            raise self._fail("name", problem)
+        self._validate_nodes()
+        self._validate_shape()
+        if any(c.isspace() for c in self.image):
+            raise self._fail("image", f"{self.image!r} contains blanks")
+
+    def _validate_nodes(self) -> None:
+        if not self.node_names:
+            raise self._fail("nodes", f"{self.nodes!r} names no nodes")
+        seen: set[str] = set()
+        for node in self.node_names:
+            problem = dns_label_problem(node)
+            if problem:
+                raise self._fail("nodes", f"node {node!r} cannot be a pod name: {problem}")
+            if node in _RESERVED_SLURM_NAMES:
+                raise self._fail("nodes", f"node {node!r} is a name slurm.conf reserves")
+            if node in seen:
+                raise self._fail("nodes", f"node {node!r} is listed twice")
+            seen.add(node)
+
+    def _validate_shape(self) -> None:
+        for field_name in ("cpus", "real_memory_mb"):
+            value = getattr(self, field_name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise self._fail(field_name, f"must be a positive integer, got {value!r}")
+        if not self.partition or not _SLURM_WORD.fullmatch(self.partition):
+            raise self._fail(
+                "partition",
+                f"{self.partition!r} is not a Slurm partition name (no blanks, ',' or '=')",
+            )
+        if self.partition.lower() in _RESERVED_SLURM_NAMES:
+            raise self._fail("partition", f"{self.partition!r} is a name slurm.conf reserves")
+        for field_name in ("features", "gres"):
+            for index, word in enumerate(getattr(self, field_name)):
+                if not isinstance(word, str) or not _SLURM_WORD.fullmatch(word):
+                    raise self._fail(
+                        f"{field_name}[{index}]",
+                        f"{word!r} is not a single Slurm word (no blanks, ',' or '=')",
+                    )
+        if self.weight is not None and (
+            isinstance(self.weight, bool)
+            or not isinstance(self.weight, int)
+            or not 0 <= self.weight <= _MAX_WEIGHT
+        ):
+            raise self._fail(
+                "weight", f"must be an integer from 0 to {_MAX_WEIGHT}, got {self.weight!r}"
+            )
+
+    @cached_property
+    def node_set(self) -> frozenset[str]:
+        """The pool's nodes as a set, for fast membership tests."""
+        return frozenset(self.node_names)
+
+    def __contains__(self, node: object) -> bool:
+        return node in self.node_set
+
+
+@dataclass(frozen=True)
+class PoolSet:
+    """All configured pools; no node belongs to two of them, pool names are unique."""
+
+    pools: tuple[NodePool, ...] = ()
+    _owner: Mapping[str, NodePool] = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pools", tuple(self.pools))
+        owner: dict[str, NodePool] = {}
+        names: dict[str, int] = {}
+        for index, pool in enumerate(self.pools):
+            if pool.name in names:
+                raise PoolError(
+                    pool.name,
+                    "name",
+                    f"pools[{names[pool.name]}] already uses this name",
+                    pool_index=index,
+                )
+            names[pool.name] = index
+            for node in pool.node_names:
+                other = owner.get(node)
+                if other is not None:
+                    raise PoolError(
+                        pool.name,
+                        "nodes",
+                        f"node {node!r} is also in pool {other.name!r}; a node belongs to one pool",
+                        pool_index=index,
+                    )
+                owner[node] = pool
+        object.__setattr__(self, "_owner", MappingProxyType(owner))
+
+    def pool_for(self, node: str) -> NodePool | None:
+        """The pool that owns ``node``, or ``None`` when no pool does."""
+        return self._owner.get(node)
+
+    def owns(self, node: str) -> bool:
+        """Whether some pool owns ``node``."""
+        return node in self._owner
+
+    def all_nodes(self) -> tuple[str, ...]:
+        """Every node of every pool, in configuration order."""
+        return tuple(node for pool in self.pools for node in pool.node_names)
+
+    def by_name(self, name: str) -> NodePool | None:
+        """The pool called ``name``, or ``None``."""
+        return next((pool for pool in self.pools if pool.name == name), None)
+
+    def partitions(self) -> dict[str, tuple[NodePool, ...]]:
+        """Partition name → the pools in it, both in configuration order."""
+        result: dict[str, list[NodePool]] = {}
+        for pool in self.pools:
+            result.setdefault(pool.partition, []).append(pool)
+        return {name: tuple(pools) for name, pools in result.items()}
+
+    def group(self, nodes: Iterable[str]) -> tuple[dict[str, list[str]], list[str]]:
+        """Split ``nodes`` into ``{pool name: nodes}`` and the nodes no pool owns (order kept)."""
+        grouped: dict[str, list[str]] = {}
+        unknown: list[str] = []
+        for node in nodes:
+            pool = self._owner.get(node)
+            if pool is None:
+                unknown.append(node)
+            else:
+                grouped.setdefault(pool.name, []).append(node)
+        return grouped, unknown
+
+    def __iter__(self) -> Iterator[NodePool]:
+        return iter(self.pools)
+
+    def __len__(self) -> int:
+        return len(self.pools)

@@ -1,0 +1,310 @@
+"""Use cases: what Slurm's hooks ask for, the reconcile pass, and the status view.
+
+The service holds no state of its own beyond a lock: Slurm (node power flags, reasons) and
+Kubernetes (labelled pods) are the truth, so a restarted bridge picks up where it left off.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+from bridge.config import BridgeConfig
+from bridge.domain.hostlist import compress, expand
+from bridge.domain.nodes import SlurmNode, our_reason
+from bridge.domain.pod_rendering import render_pod
+from bridge.domain.pods import PodView
+from bridge.domain.reconcile import (
+    Action,
+    CreatePod,
+    DeletePod,
+    Guards,
+    MarkDown,
+    PowerDown,
+    ResumeNode,
+    plan,
+)
+from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
+from bridge.errors import (
+    BackendError,
+    BridgeError,
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NoCapacity,
+    TransientBackendError,
+)
+
+log = logging.getLogger(__name__)
+
+
+class SlurmPort(Protocol):
+    """What the service needs from Slurm (``bridge.adapters.slurm_cli.SlurmCli``)."""
+
+    def list_nodes(self) -> list[SlurmNode]: ...
+
+    def update_nodes(
+        self, names: Sequence[str], *, state: str, reason: str | None = None
+    ) -> None: ...
+
+
+class PodPort(Protocol):
+    """What the service needs from Kubernetes (``bridge.adapters.kubernetes.PodGateway``)."""
+
+    def list_pods(self) -> tuple[list[PodView], str]: ...
+
+    def create_pods(
+        self, manifests: Sequence[Mapping[str, Any]]
+    ) -> Mapping[str, bool | BackendError | InvalidInput]: ...
+
+    def delete_pods(
+        self, names: Sequence[str]
+    ) -> Mapping[str, bool | BackendError | InvalidInput]: ...
+
+
+def _error_class(error: BridgeError) -> ErrorClass:
+    if isinstance(error, NoCapacity):
+        return ErrorClass.NO_CAPACITY
+    if isinstance(error, TransientBackendError):
+        return ErrorClass.TRANSIENT
+    if isinstance(error, InvalidInput):
+        return ErrorClass.INVALID
+    return ErrorClass.INTERNAL
+
+
+def resume_file_jobs(contents: str) -> dict[str, list[int]]:
+    """Node → job ids from ``$SLURM_RESUME_FILE`` (22.05 ``nodes``, 24.11 ``nodes_resume``).
+
+    Raises :class:`InvalidInput` naming the field that is wrong; the file only feeds logs and
+    Events, so callers keep resuming the hostlist when it is bad.
+    """
+    if not contents.strip():
+        return {}
+    try:
+        doc = json.loads(contents)
+    except ValueError as e:
+        raise InvalidInput(f"resume_file: not JSON: {e}") from e
+    jobs = doc.get("jobs") if isinstance(doc, dict) else None
+    if not isinstance(jobs, list):
+        raise InvalidInput("resume_file: field 'jobs' missing or not a list")
+    by_node: dict[str, list[int]] = defaultdict(list)
+    for index, job in enumerate(jobs):
+        if not isinstance(job, dict) or not isinstance(job.get("job_id"), int):
+            raise InvalidInput(f"resume_file: jobs[{index}].job_id missing or not an integer")
+        nodes = job.get("nodes_resume") or job.get("nodes") or job.get("nodes_alloc") or ""
+        if not isinstance(nodes, str):
+            raise InvalidInput(f"resume_file: jobs[{index}].nodes is not a hostlist string")
+        for node in expand(nodes) if nodes else []:
+            by_node[node].append(job["job_id"])
+    return dict(by_node)
+
+
+class BridgeService:
+    """Resume, suspend, fail, reconcile and report, for the pools in one configuration."""
+
+    def __init__(
+        self,
+        config: BridgeConfig,
+        slurm: SlurmPort,
+        pods: PodPort,
+        *,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.config = config
+        self.slurm = slurm
+        self.pods = pods
+        self.clock = clock
+        self.guards = Guards(
+            pod_age_guard=timedelta(seconds=config.bridge.pod_age_guard_s),
+            failed_node_hold=timedelta(seconds=config.bridge.failed_node_hold_s),
+        )
+        # One reconcile pass at a time; RPCs and the loop may both ask for one.
+        self._reconcile_lock = threading.Lock()
+
+    # -- hooks -----------------------------------------------------------------------------------
+
+    def _split(self, hostlist: str) -> tuple[dict[str, list[str]], list[str]]:
+        return self.config.pools.group(expand(hostlist))
+
+    def _reject_unknown(self, unknown: Sequence[str], *, mark_down: bool) -> list[NodeResult]:
+        results = []
+        for node in unknown:
+            message = f"node {node} is in no pool of the bridge ({self.config.source or 'config'})"
+            results.append(NodeResult(node, Outcome.REJECTED, ErrorClass.UNKNOWN_NODE, message))
+        if unknown and mark_down:
+            self._mark_down(unknown, our_reason("UnknownNode", "no bridge pool owns this node"))
+        return results
+
+    def _mark_down(self, nodes: Sequence[str], reason: str) -> None:
+        try:
+            self.slurm.update_nodes(nodes, state="down", reason=reason)
+            log.warning("set DOWN %s: %s", compress(nodes), reason)
+        except BridgeError as e:
+            log.error("could not set DOWN %s (%s): %s", compress(nodes), reason, e)
+
+    def resume(self, hostlist: str, resume_file: str, request_id: str) -> list[NodeResult]:
+        """Create one pod per node; unknown nodes are rejected and set DOWN with our reason."""
+        groups, unknown = self._split(hostlist)
+        try:
+            jobs = resume_file_jobs(resume_file)
+        except InvalidInput as e:
+            log.warning("request %s: %s (resuming the hostlist anyway)", request_id, e)
+            jobs = {}
+        results = self._reject_unknown(unknown, mark_down=True)
+        settings = self.config.pod_settings()
+        manifests: list[dict[str, Any]] = []
+        for pool_name, nodes in groups.items():
+            pool = self.config.pools.by_name(pool_name)
+            assert pool is not None  # group() only returns names of pools it has
+            manifests.extend(render_pod(pool, node, settings) for node in nodes)
+        outcome = self.pods.create_pods(manifests)
+        failed: dict[str, list[str]] = defaultdict(list)
+        for node, result in outcome.items():
+            if isinstance(result, BridgeError):
+                results.append(NodeResult(node, Outcome.FAILED, _error_class(result), str(result)))
+                if isinstance(result, NoCapacity | Forbidden | Conflict | InvalidInput):
+                    failed[our_reason(type(result).__name__, str(result))].append(node)
+                log.error("request %s: create pod %s failed: %s", request_id, node, result)
+            else:
+                results.append(NodeResult(node, Outcome.OK))
+                log.info(
+                    "request %s: pod %s %s (jobs %s)",
+                    request_id,
+                    node,
+                    "created" if result else "exists already",
+                    ",".join(map(str, jobs.get(node, []))) or "-",
+                )
+        # Kubernetes said no for good: fail fast so Slurm requeues instead of waiting.
+        for reason, nodes in failed.items():
+            self._mark_down(nodes, reason)
+        return results
+
+    def _delete(self, nodes: Iterable[str], request_id: str, why: str) -> list[NodeResult]:
+        results = []
+        for node, result in self.pods.delete_pods(list(nodes)).items():
+            if isinstance(result, BridgeError):
+                results.append(NodeResult(node, Outcome.FAILED, _error_class(result), str(result)))
+                log.error("request %s: delete pod %s failed: %s", request_id, node, result)
+            else:
+                results.append(NodeResult(node, Outcome.OK))
+                log.info(
+                    "request %s: pod %s %s (%s)",
+                    request_id,
+                    node,
+                    "deleted" if result else "already gone",
+                    why,
+                )
+        return results
+
+    def suspend(self, hostlist: str, request_id: str) -> list[NodeResult]:
+        """Delete the nodes' pods; already-absent pods are success."""
+        groups, unknown = self._split(hostlist)
+        nodes = [n for names in groups.values() for n in names]
+        return self._reject_unknown(unknown, mark_down=False) + self._delete(
+            nodes, request_id, "Slurm suspended the node"
+        )
+
+    def resume_failed(self, hostlist: str, request_id: str) -> list[NodeResult]:
+        """Slurm gave up on these nodes (ResumeTimeout): remove whatever pod is left."""
+        groups, unknown = self._split(hostlist)
+        nodes = [n for names in groups.values() for n in names]
+        return self._reject_unknown(unknown, mark_down=False) + self._delete(
+            nodes, request_id, "Slurm reported the resume as failed"
+        )
+
+    def node_event(self, kind: str, hostlist: str, reason: str, request_id: str) -> list[NodeResult]:
+        """A node event from strigger: converge now instead of at the next poll."""
+        groups, unknown = self._split(hostlist)
+        log.info("request %s: node event %s for %s: %s", request_id, kind, hostlist, reason)
+        self.reconcile_once()
+        nodes = [n for names in groups.values() for n in names]
+        return self._reject_unknown(unknown, mark_down=False) + [
+            NodeResult(n, Outcome.OK) for n in nodes
+        ]
+
+    # -- reconcile -------------------------------------------------------------------------------
+
+    def observe(self) -> tuple[list[SlurmNode], list[PodView]]:
+        """Both views, Slurm's restricted to the nodes our pools own."""
+        pods, _ = self.pods.list_pods()
+        nodes = [n for n in self.slurm.list_nodes() if self.config.pools.owns(n.name)]
+        return nodes, pods
+
+    def reconcile_once(self) -> list[Action]:
+        """Observe both sides, plan, execute; returns what it did (for logs and tests)."""
+        with self._reconcile_lock:
+            nodes, pods = self.observe()
+            actions = plan(nodes, pods, self.config.pools, self.clock(), self.guards)
+            if actions:
+                self.execute(actions)
+            return actions
+
+    def execute(self, actions: Sequence[Action]) -> None:
+        """Carry out a plan: Slurm first (so jobs requeue at once), then pods."""
+        down_by_reason: dict[str, list[str]] = defaultdict(list)
+        for action in actions:
+            if isinstance(action, MarkDown):
+                down_by_reason[action.reason].append(action.node)
+        for reason, nodes in down_by_reason.items():
+            self._mark_down(nodes, reason)
+        deletes = [a for a in actions if isinstance(a, DeletePod)]
+        for action in deletes:
+            log.info("reconcile: delete pod %s: %s", action.node, action.why)
+        if deletes:
+            self._delete([a.node for a in deletes], "reconcile", "reconcile")
+        self._update("power_down_force", [a for a in actions if isinstance(a, PowerDown)])
+        self._update("resume", [a for a in actions if isinstance(a, ResumeNode)])
+        creates = [a for a in actions if isinstance(a, CreatePod)]
+        if creates:
+            for action in creates:
+                log.info("reconcile: create pod %s: %s", action.node, action.why)
+            self.resume(compress(a.node for a in creates), "", "reconcile")
+
+    def _update(self, state: str, actions: Sequence[PowerDown | ResumeNode]) -> None:
+        if not actions:
+            return
+        nodes = [a.node for a in actions]
+        try:
+            self.slurm.update_nodes(nodes, state=state)
+            log.info("reconcile: %s %s: %s", state, compress(nodes), actions[0].why)
+        except BridgeError as e:
+            # A node may have moved on since we looked (e.g. already powered down): next pass.
+            log.warning("reconcile: %s %s failed: %s", state, compress(nodes), e)
+
+    # -- status ----------------------------------------------------------------------------------
+
+    def list_nodes(self, hostlist: str) -> list[NodeStatus]:
+        """Slurm's state and the pod side by side, for every pool node (or the hostlist's)."""
+        wanted = set(expand(hostlist)) if hostlist.strip() else set(self.config.pools.all_nodes())
+        pods, _ = self.pods.list_pods()
+        by_pod = {p.node: p for p in pods}
+        nodes = {n.name: n for n in self.slurm.list_nodes()}
+        rows = []
+        for name in sorted(wanted, key=_natural):
+            node, pod = nodes.get(name), by_pod.get(name)
+            if node is None and pod is None and name not in self.config.pools.all_nodes():
+                continue
+            pool = self.config.pools.pool_for(name)
+            rows.append(
+                NodeStatus(
+                    node=name,
+                    pool=pool.name if pool else "",
+                    slurm_state=node.display_state if node else "",
+                    pod_phase=("Terminating" if pod.deleting else pod.phase) if pod else "",
+                    pod_ip=pod.ip if pod else "",
+                    reason=node.reason if node else "",
+                    since=pod.created_at if pod else None,
+                )
+            )
+        return rows
+
+
+def _natural(name: str) -> tuple[str, int, str]:
+    head = name.rstrip("0123456789")
+    digits = name[len(head) :]
+    return (head, int(digits) if digits else -1, name)

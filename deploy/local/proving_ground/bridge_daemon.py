@@ -1,0 +1,96 @@
+"""The bridge itself on the proving ground: its ServiceAccount credentials, the hooks' settings,
+and ``slurm-k8s-bridge serve`` next to slurmctld."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from . import kube
+from .layout import APISERVER_PORT, NAMESPACE, Layout
+from .processes import State, start_daemon, stop_daemon, wait_until
+from .slurm import bridge_config_path
+
+BRIDGE_SOCKET = "/run/slurm-k8s-bridge/bridge.sock"
+SHARED_DIR = Path("/var/lib/slurm-k8s-bridge/shared")
+SERVICE_ACCOUNT = "slurm-k8s-bridge"
+
+
+def bridge_kubeconfig(layout: Layout) -> Path:
+    return layout.local / "kubeconfigs" / "bridge.kubeconfig"
+
+
+def ensure_credentials(layout: Layout) -> None:
+    """The kustomize base (namespace, ServiceAccount, Role), the munge Secret, and a kubeconfig
+    holding a token of the bridge's ServiceAccount: the bridge runs with exactly that RBAC."""
+    kube.kubectl(layout, "apply", "-k", str(layout.root / "deploy" / "kustomize" / "base"))
+    secret = kube.kubectl(layout, "-n", NAMESPACE, "create", "secret", "generic",
+                          "slurm-munge-key", f"--from-file=munge.key={layout.munge_key}",
+                          "--dry-run=client", "-o", "json")
+    kube.kubectl(layout, "apply", "-f", "-", input_text=secret)
+    token = kube.kubectl(layout, "-n", NAMESPACE, "create", "token", SERVICE_ACCOUNT,
+                         "--duration=48h").strip()
+    bridge_kubeconfig(layout).write_text(f"""apiVersion: v1
+kind: Config
+clusters:
+- name: proving-ground
+  cluster:
+    certificate-authority: {layout.pki / 'ca.crt'}
+    server: https://127.0.0.1:{APISERVER_PORT}
+users:
+- name: {SERVICE_ACCOUNT}
+  user:
+    token: {token}
+contexts:
+- name: bridge
+  context: {{cluster: proving-ground, user: {SERVICE_ACCOUNT}, namespace: {NAMESPACE}}}
+current-context: bridge
+""")
+    bridge_kubeconfig(layout).chmod(0o600)
+
+
+def write_hooks_env(layout: Layout) -> None:
+    (layout.root / "slurm_plugins" / "hooks.env").write_text(
+        "# Written by the proving ground; see hooks.env.example.\n"
+        f"SKB_PYTHON={layout.root / '.venv' / 'bin' / 'python'}\n"
+        f"SKB_SOCKET=unix:{BRIDGE_SOCKET}\n"
+        "SKB_SLURM_BIN=/usr/bin\n"
+        f"SKB_HOOK_LOG={layout.logs / 'hooks.log'}\n"
+    )
+
+
+def bridge_env(layout: Layout) -> dict[str, str]:
+    return {
+        **os.environ,
+        "SKB_KUBERNETES_KUBECONFIG": str(bridge_kubeconfig(layout)),
+        "SKB_SLURM_CONF": str(layout.slurm_conf),
+        "SKB_BRIDGE_SOCKET": BRIDGE_SOCKET,
+    }
+
+
+def bridge_argv(layout: Layout) -> list[str]:
+    return [str(layout.root / ".venv" / "bin" / "slurm-k8s-bridge"), "serve",
+            "--config", str(bridge_config_path(layout))]
+
+
+def _socket_answers() -> bool:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(1)
+        s.connect(BRIDGE_SOCKET)
+    return True
+
+
+def start_bridge(layout: Layout, state: State) -> int:
+    SHARED_DIR.mkdir(parents=True, exist_ok=True)
+    SHARED_DIR.chmod(0o1777)
+    write_hooks_env(layout)
+    pid = start_daemon(state, "bridge", bridge_argv(layout), log_dir=layout.logs,
+                       env=bridge_env(layout))
+    wait_until("bridge socket", _socket_answers, timeout_s=30,
+               log_path=layout.logs / "bridge.log")
+    return pid
+
+
+def stop_bridge(state: State) -> None:
+    stop_daemon(state, "bridge", timeout_s=15)

@@ -1,0 +1,58 @@
+"""Session fixtures: the proving ground (real Slurm + Kubernetes), reused when already up."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "deploy" / "local"))
+
+from proving_ground import ground, layout  # noqa: E402
+
+
+@dataclass(frozen=True)
+class ProvingGround:
+    """Handles the tests need: where things are and how to call Slurm and kubectl."""
+
+    layout: layout.Layout
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": str(self.layout.slurm_conf),
+                "KUBECONFIG": str(self.layout.kubeconfig)}
+
+    def slurm(self, *argv: str, check: bool = True, timeout: float = 30) -> str:
+        result = subprocess.run(list(argv), env=self.env, capture_output=True, text=True,
+                                timeout=timeout, check=False)
+        if check and result.returncode != 0:
+            raise AssertionError(f"{argv} failed: {result.stderr}")
+        return result.stdout
+
+    def kubectl(self, *argv: str, check: bool = True, input_text: str | None = None,
+                timeout: float = 120) -> str:
+        cmd = [str(self.layout.kubernetes_bin / "kubectl"),
+               f"--kubeconfig={self.layout.kubeconfig}", *argv]
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                                input=input_text, check=False)
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {argv} failed: {result.stderr}")
+        return result.stdout
+
+
+@pytest.fixture(scope="session")
+def proving_ground() -> Iterator[ProvingGround]:
+    """Bring the proving ground up unless it runs already; take down only what we started."""
+    where = layout.Layout.default()
+    started_here = not ground.healthy(where)
+    if started_here:
+        ground.up(where)
+    yield ProvingGround(where)
+    if started_here and not os.environ.get("SKB_KEEP_PROVING_GROUND"):
+        ground.down(where)

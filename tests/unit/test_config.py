@@ -1,0 +1,352 @@
+"""Configuration loading: defaults, environment overrides, and errors that point at the line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bridge.config import (
+    BridgeConfig,
+    BridgeSettings,
+    KubernetesSettings,
+    SlurmSettings,
+    check_config,
+    load_config,
+    parse_config,
+)
+from bridge.domain.pod_rendering import PodSettings
+from bridge.errors import ConfigError
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "bridge.yaml"
+
+MINIMAL = """\
+slurm:
+  conf_server: 10.213.0.1:6817
+pools:
+  - name: cpu
+    nodes: cpu-[0-3]
+    cpus: 2
+    real_memory_mb: 1024
+    image: localhost/slurmd:dev
+"""
+
+
+def test_minimal_file_gets_the_defaults() -> None:
+    config = parse_config(MINIMAL, "bridge.yaml")
+    assert config.cluster_name == "slurm"
+    assert config.kubernetes == KubernetesSettings()
+    assert config.slurm == SlurmSettings(conf_server="10.213.0.1:6817")
+    assert config.bridge == BridgeSettings()
+    assert config.bridge.socket_mode == 0o660
+    assert config.bridge.reconcile_interval_s == 5.0
+    assert config.slurm.command_timeout_s == 10.0
+    assert config.pools.all_nodes() == ("cpu-0", "cpu-1", "cpu-2", "cpu-3")
+    (pool,) = config.pools
+    assert (pool.partition, pool.features, pool.gres, pool.weight) == ("cpu", (), (), None)
+    assert config.pod_settings() == PodSettings("slurm", "slurm", "10.213.0.1:6817")
+    assert config.source == "bridge.yaml"
+
+
+def test_example_file_loads() -> None:
+    config = load_config(EXAMPLE, environ={})
+    assert [p.name for p in config.pools] == ["cpu", "big"]
+    cpu, big = config.pools
+    assert (cpu.nodes, cpu.cpus, cpu.real_memory_mb, cpu.partition) == (
+        "cpu-[0-15]",
+        2,
+        1024,
+        "cpu",
+    )
+    assert (big.nodes, big.cpus, big.real_memory_mb, big.partition) == ("big-[0-3]", 4, 4096, "big")
+    assert len(config.pools.all_nodes()) == 20
+    assert config.kubernetes.kubeconfig == "/etc/slurm-k8s-bridge/kubeconfig"
+    assert config.bridge.socket_group == "slurm"
+    assert cpu.pod_template["metadata"]["labels"] == {"team": "hpc"}
+
+
+def test_check_config_summarises(tmp_path: Path) -> None:
+    summary = check_config(EXAMPLE, environ={})
+    assert summary.splitlines() == [
+        f"{EXAMPLE}: OK",
+        "cluster slurm, namespace slurm, conf server 10.213.0.1:6817",
+        "pool cpu: cpu-[0-15] (16 nodes), partition cpu, 2 CPUs, 1024 MB, "
+        "image localhost/slurmd:dev",
+        "pool big: big-[0-3] (4 nodes), partition big, 4 CPUs, 4096 MB, image localhost/slurmd:dev",
+    ]
+
+
+def test_round_trip_through_yaml() -> None:
+    config = load_config(EXAMPLE, environ={})
+    again = parse_config(config.to_yaml(), "again.yaml")
+    assert again == config
+    assert "socket_mode: '0660'" in config.to_yaml()
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({"SKB_CLUSTER_NAME": "prod"}, ("cluster_name", "prod")),
+        ({"SKB_KUBERNETES_NAMESPACE": "hpc"}, ("kubernetes.namespace", "hpc")),
+        ({"SKB_KUBERNETES_KUBECONFIG": "/k"}, ("kubernetes.kubeconfig", "/k")),
+        ({"SKB_KUBERNETES_KUBECONFIG": ""}, ("kubernetes.kubeconfig", None)),
+        ({"SKB_SLURM_CONF_SERVER": "ctl:7817"}, ("slurm.conf_server", "ctl:7817")),
+        ({"SKB_SLURM_CONF": "/etc/slurm/x.conf"}, ("slurm.conf", "/etc/slurm/x.conf")),
+        ({"SKB_SLURM_COMMAND_TIMEOUT_S": "2.5"}, ("slurm.command_timeout_s", 2.5)),
+        ({"SKB_BRIDGE_SOCKET_MODE": "0600"}, ("bridge.socket_mode", 0o600)),
+        ({"SKB_BRIDGE_SOCKET_MODE": "0o640"}, ("bridge.socket_mode", 0o640)),
+        ({"SKB_BRIDGE_CREATE_CONCURRENCY": "4"}, ("bridge.create_concurrency", 4)),
+        ({"SKB_BRIDGE_LOG_FORMAT": "json"}, ("bridge.log_format", "json")),
+        ({"SKB_BRIDGE_TCP_LISTEN": "127.0.0.1:0"}, ("bridge.tcp_listen", "127.0.0.1:0")),
+        ({"SKB_SOMETHING_ELSE": "x", "PATH": "/bin"}, ("cluster_name", "slurm")),
+    ],
+)
+def test_environment_overrides(environ: dict[str, str], expected: tuple[str, object]) -> None:
+    config = parse_config(MINIMAL, "bridge.yaml", environ)
+    value: object = config
+    for part in expected[0].split("."):
+        value = getattr(value, part)
+    assert value == expected[1]
+
+
+def test_environment_overrides_the_file_value() -> None:
+    text = MINIMAL + "kubernetes:\n  namespace: fromfile\n"
+    assert parse_config(text, environ={"SKB_KUBERNETES_NAMESPACE": "env"}).kubernetes.namespace == (
+        "env"
+    )
+
+
+POOL = """\
+  - name: cpu
+    nodes: cpu-[0-3]
+    cpus: 2
+    real_memory_mb: 1024
+    image: img
+"""
+HEAD = "slurm:\n  conf_server: ctl:6817\npools:\n"  # lines 1-3; POOL starts on line 4
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            HEAD + POOL + "  - name: big\n    nodes: big-0\n    cpus: four\n"
+            "    real_memory_mb: 1\n    image: i\n",
+            "bridge.yaml:11: pools[1].cpus: must be a positive integer, got 'four'",
+        ),
+        (
+            HEAD + POOL.replace("cpus: 2", "cpu: 2"),
+            "bridge.yaml:6: pools[0].cpu: unknown key; known keys: name, nodes, cpus, "
+            "real_memory_mb, partition, image, features, gres, weight, pod_template",
+        ),
+        (
+            HEAD + POOL.replace("    cpus: 2\n", ""),
+            "bridge.yaml:4: pools[0]: cpus: required",
+        ),
+        (
+            HEAD + POOL.replace("cpu-[0-3]", "CPU-[0-3]"),
+            "bridge.yaml:5: pools[0].nodes: node 'CPU-0' cannot be a pod name: 'CPU-0' is not a "
+            "DNS-1123 label (lower-case letters, digits and '-', starting and ending with a letter "
+            "or digit)",
+        ),
+        (
+            HEAD + POOL + POOL.replace("name: cpu", "name: two").replace("[0-3]", "[3-4]"),
+            "bridge.yaml:10: pools[1].nodes: node 'cpu-3' is also in pool 'cpu'; a node belongs "
+            "to one pool",
+        ),
+        (
+            HEAD + POOL + POOL.replace("[0-3]", "[4-5]"),
+            "bridge.yaml:9: pools[1].name: pools[0] already uses this name",
+        ),
+        (
+            HEAD + POOL + "    features: [a, 'b c']\n",
+            "bridge.yaml:9: pools[0].features[1]: 'b c' is not a single Slurm word (no blanks, "
+            "',' or '=')",
+        ),
+        (
+            HEAD + POOL + "    features: [a, 3]\n",
+            "bridge.yaml:9: pools[0].features[1]: must be a string, got 3",
+        ),
+        (
+            HEAD + POOL.replace("    image: img\n", ""),
+            "bridge.yaml:4: pools[0].image: required (or set the image of the 'slurmd' container "
+            "in pod_template)",
+        ),
+        (
+            HEAD + POOL + "    pod_template:\n      spec:\n        containers:\n"
+            "          - name: slurmd\n            env:\n              - name: SLURM_NODENAME\n",
+            "bridge.yaml:14: pools[0].pod_template.spec.containers[0].env[0].name: SLURM_NODENAME "
+            "is set by the bridge",
+        ),
+        (
+            HEAD
+            + POOL
+            + "    pod_template:\n      metadata:\n        labels:\n          gpu: yes\n",
+            "bridge.yaml:12: pools[0].pod_template.metadata.labels.gpu: must be a string, got True "
+            "(quote it)",
+        ),
+        (
+            HEAD + POOL + "    pod_template:\n      spec:\n        restartPolicy: Always\n",
+            "bridge.yaml:11: pools[0].pod_template.spec.restartPolicy: must be Never: a crashed "
+            "slurmd has to surface as a failure, not restart",
+        ),
+        (
+            HEAD + POOL + "    weight: heavy\n",
+            "bridge.yaml:9: pools[0].weight: must be an integer, got 'heavy'",
+        ),
+        (HEAD, "bridge.yaml:3: pools: at least one pool is required"),
+        (HEAD + "  name: x\n", "bridge.yaml:3: pools: must be a list of pools, got {'name': 'x'}"),
+        (
+            "pools:\n" + POOL,
+            "bridge.yaml: slurm.conf_server: required: the host:port slurmd fetches its "
+            "configuration from (e.g. 10.213.0.1:6817)",
+        ),
+        (
+            "slurm:\n  conf_server: 'a b'\npools:\n" + POOL,
+            "bridge.yaml:2: slurm.conf_server: must be host[:port], got 'a b' "
+            "(e.g. 10.213.0.1:6817)",
+        ),
+        (
+            HEAD + POOL + "kubernetes:\n  namespase: x\n",
+            "bridge.yaml:10: kubernetes.namespase: unknown key; known keys: namespace, "
+            "kubeconfig, context",
+        ),
+        (
+            HEAD + POOL + "kubernetes:\n  namespace: Slurm\n",
+            "bridge.yaml:10: kubernetes.namespace: 'Slurm' is not a DNS-1123 label (lower-case "
+            "letters, digits and '-', starting and ending with a letter or digit)",
+        ),
+        (
+            HEAD + POOL + "bridge:\n  socket_mode: 660\n",
+            "bridge.yaml:10: bridge.socket_mode: must be an octal mode like 0660, got 660",
+        ),
+        (
+            HEAD + POOL + "bridge:\n  reconcile_interval_s: 0\n",
+            "bridge.yaml:10: bridge.reconcile_interval_s: must be a positive number (seconds), "
+            "got 0",
+        ),
+        (
+            HEAD + POOL + "bridge:\n  pod_age_guard_s: -1\n",
+            "bridge.yaml:10: bridge.pod_age_guard_s: must be a number >= 0 (seconds), got -1",
+        ),
+        (
+            HEAD + POOL + "bridge:\n  log_format: xml\n",
+            "bridge.yaml:10: bridge.log_format: must be text or json, got 'xml'",
+        ),
+        (
+            HEAD + POOL + "bridge:\n  socket: relative.sock\n",
+            "bridge.yaml:10: bridge.socket: must be an absolute path, got 'relative.sock'",
+        ),
+        (
+            HEAD + POOL + "bridge:\n  create_concurrency: null\n",
+            "bridge.yaml:10: bridge.create_concurrency: must be set (null is not allowed here)",
+        ),
+        (
+            HEAD + POOL + "bridge:\n  tcp_listen: 0.0.0.0:7000\n  tls_cert: /c\n",
+            "bridge.yaml:11: bridge.tls_cert: mutual TLS needs tls_cert, tls_key and "
+            "tls_client_ca together; missing tls_key, tls_client_ca",
+        ),
+        (
+            HEAD + POOL + "bridge:\n  tcp_listen: 0.0.0.0:7000\n",
+            "bridge.yaml:10: bridge.tcp_listen: a non-loopback TCP listener needs tls_cert, "
+            "tls_key and tls_client_ca (mutual TLS)",
+        ),
+        (
+            HEAD + POOL + "bridge:\n  tls_cert: /c\n  tls_key: /k\n  tls_client_ca: /ca\n",
+            "bridge.yaml:10: bridge.tls_cert: TLS applies only to tcp_listen, which is not set",
+        ),
+        (
+            HEAD + POOL + "bridge:\n  tcp_listen: 7000\n",
+            "bridge.yaml:10: bridge.tcp_listen: must be a string, got 7000",
+        ),
+        (
+            HEAD + POOL + "cluster_name: Prod_1\n",
+            "bridge.yaml:9: cluster_name: 'Prod_1' is not a DNS-1123 label (lower-case letters, "
+            "digits and '-', starting and ending with a letter or digit)",
+        ),
+        (
+            HEAD + POOL + "extra: 1\n",
+            "bridge.yaml:9: extra: unknown key; known keys: "
+            "cluster_name, kubernetes, slurm, bridge, pools",
+        ),
+        (
+            HEAD + POOL + "slurm:\n  bin_dir: /usr/bin\n",
+            "bridge.yaml:9: slurm: duplicate key (first on line 1)",
+        ),
+        (HEAD + POOL + "1: x\n", "bridge.yaml:9: top level: keys must be strings"),
+        (
+            "slurm: [\n",
+            "bridge.yaml:2: invalid YAML: expected the node content, but found '<stream end>'",
+        ),
+        ("- 1\n", "bridge.yaml: the file must hold a mapping, got list"),
+        (
+            "",
+            "bridge.yaml: slurm.conf_server: required: the host:port slurmd fetches its "
+            "configuration from (e.g. 10.213.0.1:6817)",
+        ),
+    ],
+)
+def test_errors_name_file_line_and_field(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, "bridge.yaml")
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        (
+            {"SKB_BRIDGE_CREATE_CONCURRENCY": "many"},
+            "environment SKB_BRIDGE_CREATE_CONCURRENCY: bridge.create_concurrency: must be a "
+            "positive integer, got 'many'",
+        ),
+        (
+            {"SKB_BRIDGE_CREATE_CONCURRENCY": "0"},
+            "environment SKB_BRIDGE_CREATE_CONCURRENCY: bridge.create_concurrency: must be a "
+            "positive integer, got 0",
+        ),
+        (
+            {"SKB_KUBERNETES_NAMESPACE": "Bad"},
+            "environment SKB_KUBERNETES_NAMESPACE: kubernetes.namespace: 'Bad' is not a "
+            "DNS-1123 label (lower-case letters, digits and '-', starting and ending with a "
+            "letter or digit)",
+        ),
+        (
+            {"SKB_BRIDGE_SOCKET_MODE": "rw"},
+            "environment SKB_BRIDGE_SOCKET_MODE: bridge.socket_mode: must be an octal mode like "
+            "0660, got 'rw'",
+        ),
+        (
+            {"SKB_SLURM_TIMEOUT": "3"},
+            "environment SKB_SLURM_TIMEOUT: names no configuration field (known: ",
+        ),
+    ],
+)
+def test_environment_errors(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(MINIMAL, "bridge.yaml", environ)
+    assert str(caught.value).startswith(message)
+
+
+def test_load_config_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "bridge.yaml"
+    path.write_text(MINIMAL + "    cpus: 3\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+    assert str(caught.value) == f"{path}:9: pools[0].cpus: duplicate key (first on line 6)"
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "absent.yaml"
+    with pytest.raises(ConfigError, match=r"absent\.yaml: cannot read: No such file"):
+        load_config(path, environ={})
+
+
+def test_load_config_reads_the_process_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "bridge.yaml"
+    path.write_text(MINIMAL)
+    monkeypatch.setenv("SKB_BRIDGE_LOG_FORMAT", "json")
+    config: BridgeConfig = load_config(path)
+    assert config.bridge.log_format == "json"

@@ -1,0 +1,216 @@
+"""bridge.domain.hostlist: tables of what Slurm 22.05 printed, plus seeded round-trip properties.
+
+Every expected value below was produced by ``scontrol show hostnames`` / ``show hostlistsorted``
+of Debian's Slurm 22.05.8, except where a comment says we deliberately differ.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from bridge.domain.hostlist import MAX_PREFIX_CNT, MAX_RANGE, compress, expand
+from bridge.errors import HostlistError
+
+VALID = [
+    ("a1", ["a1"]),
+    ("a[1-3]", ["a1", "a2", "a3"]),
+    ("a[01-10]", [f"a{n:02d}" for n in range(1, 11)]),
+    ("a[1-3,7,9-10]", ["a1", "a2", "a3", "a7", "a9", "a10"]),
+    ("a[5,3,1-2]", ["a5", "a3", "a1", "a2"]),
+    ("rack[1-2]-node[1-3]", [f"rack{r}-node{n}" for r in (1, 2) for n in (1, 2, 3)]),
+    ("a[1-2]b[3-4]c[5-6]", [f"a{a}b{b}c{c}" for b in (3, 4) for a in (1, 2) for c in (5, 6)]),
+    ("a[1-2][3-4]", ["a13", "a14", "a23", "a24"]),
+    ("a[1-2],b3,c", ["a1", "a2", "b3", "c"]),
+    (" a1 , a2 ", ["a1", "a2"]),
+    ("a1 a2\ta3,,a4", ["a1", "a2", "a3", "a4"]),
+    ("a1,a1", ["a1", "a1"]),
+    ("a[1,1]", ["a1", "a1"]),
+    ("a[1-3],a2", ["a1", "a2", "a3", "a2"]),
+    ("a0,a00,a1", ["a0", "a00", "a1"]),
+    ("a-[1-2]", ["a-1", "a-2"]),
+    ("[1-3]", ["1", "2", "3"]),
+    ("", []),
+    (" , ", []),
+    # Zero padding is the width of the low bound as written.
+    ("a[01-1]", ["a01"]),
+    ("a[1-010]", [f"a{n}" for n in range(1, 11)]),
+    ("a[0009-12]", ["a0009", "a0010", "a0011", "a0012"]),
+    ("a[098-100]", ["a098", "a099", "a100"]),
+    # Numbers are read by C strtoul; only the last one read must end where the item ends.
+    ("a[1-]", ["a1"]),
+    ("a[+1-3]", ["a01", "a02", "a03"]),
+    ("a[ 1-3]", ["a01", "a02", "a03"]),
+    ("a[1z-3]", ["a01", "a02", "a03"]),
+    ("a[1- 3]", ["a1", "a2", "a3"]),
+    ("a[99999999999999999999]", ["a18446744073709551615"]),
+    ("a99999999999999999999", ["a18446744073709551615"]),
+    # A '[' never closed makes a host name, and brackets that do not pair are plain text.
+    ("a[1-3", ["a]"]),
+    ("a[1-3,b2", ["a]", "b2"]),
+    ("[1-3", ["1-3"]),
+    ("a[1]b[2", ["a[1]b]"]),
+    ("x]y[1,2]z", ["x]y]", "2]z"]),
+    ("a[b[1-2]", ["a[b1", "a[b2"]),
+    ("a]b[1]", ["a]b1"]),
+    ("a!@#", ["a!@#"]),
+]
+
+
+@pytest.mark.parametrize(("expression", "names"), VALID)
+def test_expand(expression: str, names: list[str]) -> None:
+    assert expand(expression) == names
+
+
+INVALID = [
+    ("a[3-1]", "invalid range '3-1'"),
+    ("a[]", "invalid range ''"),
+    ("a[1,,2]", "invalid range ''"),
+    ("a[1,]", "invalid range ''"),
+    ("a[,1]", "invalid range ''"),
+    ("a[-3]", "invalid range '-3'"),
+    ("a[-]", "invalid range '-'"),
+    ("a[a-b]", "invalid range 'a-b'"),
+    ("a[1--3]", "invalid range '1--3'"),
+    ("a[1-3-5]", "invalid range '1-3-5'"),
+    ("a[1z]", "invalid range '1z'"),
+    ("a[1z-]", "invalid range '1z-'"),
+    ("a[1-3z]", "invalid range '1-3z'"),
+    ("a[0x10]", "invalid range '0x10'"),
+    ("a[1-2\t]", "invalid range '1-2\\t'"),
+    ("a[1 c]", "invalid range '1 c'"),
+    ("a[1]x", "text after ']' in 'a[1]x'"),
+    ("x[1-2]y", "text after ']'"),
+    ("a[1]]", "text after ']'"),
+    ("a[[1]]", "text after ']'"),
+    ("a[1]b]c[2]", "invalid range '1]b'"),
+    ("a[0-65536]", "range '0-65536' in 'a[0-65536]' has more than 65536 hosts"),
+    ("a[1- -3]", "more than 65536 hosts"),
+    ("a[0-18446744073709551615]", "more than 65536 hosts"),  # Slurm: prints nothing
+    ("a[0-65535,0]b[1]", "'[0-65535,0]' in 'a[0-65535,0]b[1]' gives 65537 values"),
+    ("ok1,a[0-3,0-65532]b[1]", "gives 65537 values"),
+    # Slurm only logs these and silently drops the token; we refuse.
+    ("a[3-1]b[1]c[1-2]", "invalid range '3-1'"),
+    ("a[x]b[1]c[1]d[1],z", "invalid range 'x'"),
+]
+
+
+@pytest.mark.parametrize(("expression", "message"), INVALID)
+def test_expand_rejects(expression: str, message: str) -> None:
+    with pytest.raises(HostlistError) as caught:
+        expand(expression)
+    assert message in str(caught.value)
+
+
+def test_limits() -> None:
+    assert len(expand(f"a[0-{MAX_RANGE - 1}]")) == MAX_RANGE
+    assert len(expand(f"a[1-{MAX_PREFIX_CNT}]b[1]")) == MAX_PREFIX_CNT
+    assert len(expand("a[1]b[0-65535,0]")) == 65537  # the last bracket has no total limit
+    with pytest.raises(HostlistError, match="more than 1000 hosts"):
+        expand("a[1-999],b[1-2]", max_hosts=1000)
+    with pytest.raises(HostlistError, match="more than 1048576 hosts"):
+        expand("a[0-1023]b[0-1024]")  # Slurm would list all 1,049,600
+
+
+COMPRESS = [
+    ([], ""),
+    (["a1"], "a1"),
+    (["b1", "a2", "a1"], "a[1-2],b1"),
+    (["a3", "a1", "a2"], "a[1-3]"),
+    (["a1", "a2", "a3", "b1", "a4"], "a[1-4],b1"),
+    (["rack1-node1", "rack1-node2", "rack2-node1"], "rack1-node[1-2],rack2-node1"),
+    (["n1", "n10", "n2", "m"], "m,n[1-2,10]"),
+    (["x10", "x9", "x100", "x2"], "x[2,9-10,100]"),
+    (["a10b", "a9b", "a1b"], "a1b,a9b,a10b"),
+    (["b", "a", "B", "A", "_", "1"], "1,A,B,_,a,b"),
+    (["a2", "a1", "a"], "a,a[1-2]"),
+    (["a-1", "a-2", "a1"], "a1,a-[1-2]"),
+    (["a099", "a100"], "a[099-100]"),
+    (["a01", "a2", "a3", "a02"], "a[2-3,01-02]"),
+    (["a", "a1", "a01", "a001"], "a,a[1,01,001]"),
+    (["a0", "a00", "a000", "a1", "a01"], "a[0-1,00-01,000]"),
+    (["a09", "a9", "a10", "a010"], "a[9-10,09,010]"),
+    (["a1", "a1", "a2"], "a[1-2]"),  # we drop duplicates; Slurm prints a[1,1-2]
+    (["n4294967296", "n2"], "n[2,4294967296]"),  # Slurm's int overflow: n[4294967296], n2 lost
+]
+
+
+@pytest.mark.parametrize(("names", "hostlist"), COMPRESS)
+def test_compress(names: list[str], hostlist: str) -> None:
+    assert compress(names) == hostlist
+
+
+@pytest.mark.parametrize("name", ["", "a b", "a,b", "a[1]", "a]", "\u00e91", "a\t", "a" + "9" * 20])
+def test_compress_rejects_names_a_hostlist_cannot_carry(name: str) -> None:
+    with pytest.raises(HostlistError, match="not a host name"):
+        compress(["ok1", name])
+
+
+# ---- seeded properties -------------------------------------------------------------------------
+
+PREFIXES = ["n", "gpu-", "rack1-node", "rack10-node", "r2n", "cpu_", "x.y"]
+
+
+def seeded(seed: int) -> random.Random:
+    return random.Random(seed)  # noqa: S311 (reproducible test data, not secrets)
+
+
+def random_names(rng: random.Random, mixed_padding: bool) -> list[str]:
+    names = [rng.choice(["login", "head", "x.y"]) for _ in range(rng.randint(0, 2))]
+    for prefix in rng.sample(PREFIXES, rng.randint(1, 4)):
+        width = rng.choice([0, 2, 3, 4])
+        top = rng.choice([10, 100, 2000])
+        for number in rng.sample(range(top), rng.randint(1, min(top, 60))):
+            if mixed_padding:
+                width = rng.choice([0, 2, 3, 4])
+            names.append(f"{prefix}{number:0{width}d}")
+    names += rng.choices(names, k=rng.randint(0, 5))  # some duplicates
+    rng.shuffle(names)
+    return names
+
+
+@pytest.mark.parametrize("mixed_padding", [False, True])
+def test_compress_round_trips(mixed_padding: bool) -> None:
+    rng = seeded(22058 + mixed_padding)
+    for _ in range(300):
+        names = random_names(rng, mixed_padding)
+        compressed = compress(names)
+        expanded = expand(compressed)
+        assert sorted(expanded) == sorted(set(names)), compressed
+        assert compress(expanded) == compressed
+        if not mixed_padding:
+            assert compress(rng.sample(names, len(names))) == compressed
+
+
+def test_compress_sorts_uniform_pools_naturally() -> None:
+    rng = seeded(7)
+    for _ in range(200):
+        prefix, width = rng.choice(PREFIXES), rng.choice([0, 3])
+        numbers = rng.sample(range(1500), rng.randint(1, 80))
+        expanded = expand(compress(f"{prefix}{n:0{width}d}" for n in numbers))
+        assert expanded == [f"{prefix}{n:0{width}d}" for n in sorted(numbers)]
+
+
+def random_expression(rng: random.Random) -> str:
+    tokens = []
+    for _ in range(rng.randint(1, 4)):
+        groups = []
+        for _ in range(rng.choice([1, 1, 2, 3])):
+            items = []
+            for _ in range(rng.randint(1, 3)):
+                low = rng.randint(0, 50)
+                high = low + rng.randint(0, 6)
+                width = rng.choice([0, 0, 2, 3])
+                items.append(f"{low:0{width}d}" + rng.choice(["", f"-{high}"]))
+            groups.append(rng.choice(PREFIXES) + "[" + ",".join(items) + "]")
+        tokens.append("".join(groups))
+    return rng.choice([",", " ", ", "]).join(tokens)
+
+
+def test_expanded_expressions_compress_to_the_same_set() -> None:
+    rng = seeded(2205)
+    for _ in range(300):
+        expression = random_expression(rng)
+        names = expand(expression)
+        assert set(expand(compress(names))) == set(names), expression

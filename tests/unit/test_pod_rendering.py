@@ -1,0 +1,282 @@
+"""Pod rendering: the pool's template with the bridge's overlay on top."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from bridge.domain.pod_rendering import (
+    PodSettings,
+    render_pod,
+    template_image,
+    template_problems,
+)
+from bridge.domain.pods import LABEL_CLUSTER, LABEL_MANAGED_BY, LABEL_NODE, LABEL_POOL
+from bridge.domain.pools import NodePool
+
+SETTINGS = PodSettings(namespace="hpc", cluster_name="prod", conf_server="10.213.0.1:6817")
+
+
+def pool_with(template: dict[str, Any], image: str = "localhost/slurmd:dev") -> NodePool:
+    return NodePool.create(
+        name="cpu",
+        nodes="cpu-[0-3]",
+        cpus=2,
+        real_memory_mb=1024,
+        image=image,
+        pod_template=template,
+    )
+
+
+def slurmd(pod: dict[str, Any]) -> dict[str, Any]:
+    (container,) = [c for c in pod["spec"]["containers"] if c["name"] == "slurmd"]
+    assert isinstance(container, dict)
+    return container
+
+
+def test_empty_template_renders_the_whole_pod() -> None:
+    pod = render_pod(pool_with({}), "cpu-1", SETTINGS)
+    assert pod == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "cpu-1",
+            "namespace": "hpc",
+            "labels": {
+                LABEL_MANAGED_BY: "slurm-k8s-bridge",
+                LABEL_CLUSTER: "prod",
+                LABEL_POOL: "cpu",
+                LABEL_NODE: "cpu-1",
+            },
+            "annotations": {"kubectl.kubernetes.io/default-container": "slurmd"},
+        },
+        "spec": {
+            "hostname": "cpu-1",
+            "restartPolicy": "Never",
+            "enableServiceLinks": False,
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 10,
+            "containers": [
+                {
+                    "name": "slurmd",
+                    "image": "localhost/slurmd:dev",
+                    "command": ["/usr/local/bin/slurmd-entrypoint"],
+                    "env": [
+                        {"name": "SLURM_NODENAME", "value": "cpu-1"},
+                        {"name": "SLURM_CONF_SERVER", "value": "10.213.0.1:6817"},
+                        {"name": "SLURMD_EXTRA_ARGS", "value": ""},
+                    ],
+                    "volumeMounts": [
+                        {"name": "munge-key", "mountPath": "/etc/munge-secret", "readOnly": True}
+                    ],
+                    "resources": {
+                        "requests": {"cpu": "2", "memory": "1024Mi"},
+                        "limits": {"cpu": "2", "memory": "1024Mi"},
+                    },
+                    "securityContext": {"privileged": True},
+                }
+            ],
+            "volumes": [
+                {
+                    "name": "munge-key",
+                    "secret": {
+                        "secretName": "slurm-munge-key",
+                        "items": [{"key": "munge.key", "path": "munge.key"}],
+                        "defaultMode": 0o400,
+                    },
+                }
+            ],
+        },
+    }
+    json.dumps(pod)  # plain JSON, nothing else
+
+
+FULL_TEMPLATE: dict[str, Any] = {
+    "metadata": {"labels": {"team": "hpc"}, "annotations": {"note": "x"}},
+    "spec": {
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+        "affinity": {"nodeAffinity": {}},
+        "terminationGracePeriodSeconds": 60,
+        "automountServiceAccountToken": True,
+        "volumes": [{"name": "scratch", "emptyDir": {}}],
+        "containers": [
+            {"name": "sidecar", "image": "busybox"},
+            {
+                "name": "slurmd",
+                "image": "custom:1",
+                "command": ["/my-entrypoint"],
+                "env": [
+                    {"name": "SLURMD_EXTRA_ARGS", "value": "-vvv"},
+                    {"name": "TZ", "value": "UTC"},
+                ],
+                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+                "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "2Gi"}},
+                "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}},
+            },
+        ],
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        (("metadata", "labels", "team"), "hpc"),
+        (("metadata", "labels", LABEL_NODE), "cpu-2"),
+        (("metadata", "annotations", "note"), "x"),
+        (("spec", "nodeSelector"), {"kubernetes.io/os": "linux"}),
+        (("spec", "tolerations"), [{"key": "dedicated", "operator": "Exists"}]),
+        (("spec", "affinity"), {"nodeAffinity": {}}),
+        (("spec", "terminationGracePeriodSeconds"), 60),
+        (("spec", "automountServiceAccountToken"), True),
+        (("spec", "enableServiceLinks"), False),
+        (("spec", "hostname"), "cpu-2"),
+        (("spec", "restartPolicy"), "Never"),
+        (("spec", "containers", 0, "name"), "sidecar"),
+        (("spec", "containers", 1, "image"), "custom:1"),
+        (("spec", "containers", 1, "command"), ["/my-entrypoint"]),
+        (
+            ("spec", "containers", 1, "env"),
+            [
+                {"name": "SLURM_NODENAME", "value": "cpu-2"},
+                {"name": "SLURM_CONF_SERVER", "value": "10.213.0.1:6817"},
+                {"name": "SLURMD_EXTRA_ARGS", "value": "-vvv"},
+                {"name": "TZ", "value": "UTC"},
+            ],
+        ),
+        (
+            ("spec", "containers", 1, "volumeMounts"),
+            [
+                {"name": "scratch", "mountPath": "/scratch"},
+                {"name": "munge-key", "mountPath": "/etc/munge-secret", "readOnly": True},
+            ],
+        ),
+        (
+            ("spec", "containers", 1, "resources"),
+            {
+                "requests": {"cpu": "2", "memory": "1024Mi"},
+                "limits": {"cpu": "2", "memory": "2Gi", "nvidia.com/gpu": "1"},
+            },
+        ),
+        (
+            ("spec", "containers", 1, "securityContext"),
+            {"capabilities": {"add": ["SYS_ADMIN"]}, "privileged": True},
+        ),
+        (("spec", "volumes", 0, "name"), "scratch"),
+        (("spec", "volumes", 1, "name"), "munge-key"),
+    ],
+)
+def test_template_merge(path: tuple[str | int, ...], expected: Any) -> None:
+    value: Any = render_pod(pool_with(FULL_TEMPLATE), "cpu-2", SETTINGS)
+    for part in path:
+        value = value[part]
+    assert value == expected
+
+
+def test_template_privileged_false_is_kept() -> None:
+    template = {
+        "spec": {"containers": [{"name": "slurmd", "securityContext": {"privileged": False}}]}
+    }
+    pod = render_pod(pool_with(template), "cpu-0", SETTINGS)
+    assert slurmd(pod)["securityContext"] == {"privileged": False}
+    assert slurmd(pod)["image"] == "localhost/slurmd:dev"
+
+
+def test_rendering_never_mutates_inputs() -> None:
+    template = copy.deepcopy(FULL_TEMPLATE)
+    pool = pool_with(template)
+    before = copy.deepcopy(dict(pool.pod_template))
+    first = render_pod(pool, "cpu-0", SETTINGS)
+    first["spec"]["containers"][1]["env"].append({"name": "X"})
+    first["metadata"]["labels"]["x"] = "y"
+    second = render_pod(pool, "cpu-1", SETTINGS)
+    assert dict(pool.pod_template) == before
+    assert template == FULL_TEMPLATE
+    assert {"name": "X"} not in second["spec"]["containers"][1]["env"]
+    assert "x" not in second["metadata"]["labels"]
+
+
+def test_node_outside_the_pool_is_refused() -> None:
+    with pytest.raises(ValueError, match="'gpu-0' is not in pool 'cpu'"):
+        render_pod(pool_with({}), "gpu-0", SETTINGS)
+
+
+@pytest.mark.parametrize(
+    ("template", "problems"),
+    [
+        ({}, []),
+        ({"metadata": None, "spec": None}, []),
+        (FULL_TEMPLATE, []),
+        (
+            {"kind": "Pod"},
+            [(("kind",), "unknown key; a pod template has only 'metadata' and 'spec'")],
+        ),
+        (
+            {"metadata": {"name": "x"}},
+            [
+                (
+                    ("metadata", "name"),
+                    "the bridge sets the pod's identity; only labels and annotations may be given",
+                )
+            ],
+        ),
+        (
+            {"metadata": {"labels": {"gpu": True}}},
+            [(("metadata", "labels", "gpu"), "must be a string, got True (quote it)")],
+        ),
+        (
+            {"metadata": {"labels": {LABEL_POOL: "x"}}},
+            [(("metadata", "labels", LABEL_POOL), "the bridge sets this label")],
+        ),
+        ({"spec": []}, [(("spec",), "must be a mapping")]),
+        (
+            {"spec": {"hostname": "x"}},
+            [(("spec", "hostname"), "the bridge sets it to the node name")],
+        ),
+        (
+            {"spec": {"restartPolicy": "Always"}},
+            [
+                (
+                    ("spec", "restartPolicy"),
+                    "must be Never: a crashed slurmd has to surface as a failure, not restart",
+                )
+            ],
+        ),
+        ({"spec": {"restartPolicy": "Never"}}, []),
+        (
+            {"spec": {"containers": [{"image": "x"}]}},
+            [(("spec", "containers", 0), "must be a container with a name")],
+        ),
+        (
+            {"spec": {"containers": [{"name": "slurmd", "env": [{"name": "SLURM_NODENAME"}]}]}},
+            [
+                (
+                    ("spec", "containers", 0, "env", 0, "name"),
+                    "SLURM_NODENAME is set by the bridge",
+                )
+            ],
+        ),
+        (
+            {"spec": {"volumes": [{"name": "munge-key"}]}},
+            [(("spec", "volumes", 0, "name"), "'munge-key' is the bridge's volume")],
+        ),
+    ],
+)
+def test_template_problems(template: dict[str, Any], problems: list[Any]) -> None:
+    assert template_problems(template) == problems
+
+
+@pytest.mark.parametrize(
+    ("template", "image"),
+    [
+        ({}, ""),
+        ({"spec": {"containers": [{"name": "other", "image": "a"}]}}, ""),
+        ({"spec": {"containers": [{"name": "slurmd", "image": "b"}]}}, "b"),
+    ],
+)
+def test_template_image(template: dict[str, Any], image: str) -> None:
+    assert template_image(template) == image

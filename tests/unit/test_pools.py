@@ -1,0 +1,113 @@
+"""Node pools: validation and lookups."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bridge.domain.pools import NodePool, PoolError, PoolSet
+from bridge.errors import ConfigError
+
+
+def make_pool(**overrides: Any) -> NodePool:
+    args: dict[str, Any] = {
+        "name": "cpu",
+        "nodes": "cpu-[0-3]",
+        "cpus": 2,
+        "real_memory_mb": 1024,
+        "image": "localhost/slurmd:dev",
+    }
+    args.update(overrides)
+    return NodePool.create(**args)
+
+
+def test_create_expands_the_hostlist_and_defaults_partition_to_the_name() -> None:
+    pool = make_pool()
+    assert pool.node_names == ("cpu-0", "cpu-1", "cpu-2", "cpu-3")
+    assert pool.partition == "cpu"
+    assert "cpu-2" in pool
+    assert "cpu-4" not in pool
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "fragment"),
+    [
+        ({"name": "CPU"}, "name", "not a DNS-1123 label"),
+        ({"name": ""}, "name", "must not be empty"),
+        ({"nodes": "Cpu-[0-1]"}, "nodes", "node 'Cpu-0' cannot be a pod name"),
+        ({"nodes": "cpu_[0-1]"}, "nodes", "node 'cpu_0' cannot be a pod name"),
+        ({"nodes": "a" * 64}, "nodes", "more than 63"),
+        ({"nodes": "default"}, "nodes", "reserves"),
+        ({"cpus": 0}, "cpus", "must be a positive integer, got 0"),
+        ({"cpus": True}, "cpus", "must be a positive integer, got True"),
+        ({"real_memory_mb": -1}, "real_memory_mb", "got -1"),
+        ({"partition": "a b"}, "partition", "not a Slurm partition name"),
+        ({"partition": "DEFAULT"}, "partition", "reserves"),
+        ({"features": ("ok", "a,b")}, "features[1]", "not a single Slurm word"),
+        ({"gres": ("gpu:1 x",)}, "gres[0]", "not a single Slurm word"),
+        ({"weight": -1}, "weight", "from 0 to"),
+        ({"image": "a b"}, "image", "blanks"),
+    ],
+)
+def test_invalid_pools_name_the_field(overrides: dict[str, Any], field: str, fragment: str) -> None:
+    with pytest.raises(PoolError) as caught:
+        make_pool(**overrides)
+    assert caught.value.field == field
+    assert fragment in str(caught.value)
+    assert isinstance(caught.value, ConfigError)
+
+
+def test_duplicate_node_in_one_pool() -> None:
+    with pytest.raises(PoolError, match="node 'cpu-0' is listed twice"):
+        NodePool("cpu", "cpu-0,cpu-0", ("cpu-0", "cpu-0"), 1, 1, "cpu")
+
+
+def test_pool_keeps_its_own_copy_of_the_template() -> None:
+    template: dict[str, Any] = {"metadata": {"labels": {"a": "1"}}}
+    pool = make_pool(pod_template=template)
+    template["metadata"]["labels"]["a"] = "2"
+    assert pool.pod_template["metadata"]["labels"] == {"a": "1"}
+    assert hash(pool) == hash(make_pool(pod_template={"metadata": {"labels": {"a": "1"}}}))
+
+
+def test_pool_set_lookups() -> None:
+    cpu = make_pool()
+    big = make_pool(name="big", nodes="big-[0-1]", partition="cpu")
+    pools = PoolSet((cpu, big))
+    assert pools.pool_for("big-1") is big
+    assert pools.pool_for("gpu-0") is None
+    assert pools.owns("cpu-0")
+    assert not pools.owns("cpu-9")
+    assert pools.all_nodes() == ("cpu-0", "cpu-1", "cpu-2", "cpu-3", "big-0", "big-1")
+    assert pools.by_name("big") is big
+    assert pools.partitions() == {"cpu": (cpu, big)}
+    assert pools.group(["big-0", "x-1", "cpu-3", "big-1"]) == (
+        {"big": ["big-0", "big-1"], "cpu": ["cpu-3"]},
+        ["x-1"],
+    )
+    assert list(pools) == [cpu, big]
+    assert len(pools) == 2
+
+
+@pytest.mark.parametrize(
+    ("second", "field", "message"),
+    [
+        (
+            {"name": "other", "nodes": "cpu-[3-5]"},
+            "nodes",
+            "pool 'other': nodes: node 'cpu-3' is also in pool 'cpu'; a node belongs to one pool",
+        ),
+        (
+            {"nodes": "gpu-0"},
+            "name",
+            "pool 'cpu': name: pools[0] already uses this name",
+        ),
+    ],
+)
+def test_pool_set_rejects_overlaps(second: dict[str, Any], field: str, message: str) -> None:
+    with pytest.raises(PoolError) as caught:
+        PoolSet((make_pool(), make_pool(**second)))
+    assert str(caught.value) == message
+    assert caught.value.field == field
+    assert caught.value.pool_index == 1

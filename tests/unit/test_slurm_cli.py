@@ -1,0 +1,249 @@
+"""SlurmCli against a fake bin_dir of tiny scripts replaying recorded Slurm output.
+
+This checks argv, environment, timeouts, retries and error translation; runs against real
+daemons live in tests/integration.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from bridge.adapters.slurm_cli import SlurmCli
+from bridge.errors import BackendError, HostlistError, InvalidInput, TransientBackendError
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
+V22 = DATA / "v22.05"
+V24 = DATA / "v24.11"
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a fake command prints and returns; ``fail_first`` calls fail with ``fail_stderr``."""
+
+    stdout: Path | None = None
+    stderr: Path | None = None
+    rc: int = 0
+    sleep_s: float = 0.0
+    fail_first: int = 0
+    fail_stderr: Path | None = None
+
+
+class FakeSlurm:
+    """A bin_dir whose commands log their argv and SLURM_CONF, then replay a reply."""
+
+    def __init__(self, root: Path) -> None:
+        self.bin_dir = root / "bin"
+        self.bin_dir.mkdir()
+        self.log = root / "calls.log"
+        self._root = root
+
+    def command(self, name: str, replies: dict[str, Reply]) -> None:
+        """Install ``name``; ``replies`` is keyed by the first argument (``*`` matches any)."""
+        lines = [
+            "#!/bin/sh",
+            f'printf "%s|%s\\n" "${{SLURM_CONF:-}}" "{name} $*" >> {shlex.quote(str(self.log))}',
+            'case "$1" in',
+        ]
+        for key, reply in replies.items():
+            count = self._root / f"{name}-{key.strip('*') or 'any'}.count"
+            body = []
+            if reply.fail_first:
+                body += [
+                    f"n=$(cat {count} 2>/dev/null || echo 0); echo $((n+1)) > {count}",
+                    f'if [ "$n" -lt {reply.fail_first} ]; then '
+                    f"cat {reply.fail_stderr} >&2; exit 1; fi",
+                ]
+            if reply.sleep_s:
+                body.append(f"sleep {reply.sleep_s}")
+            if reply.stdout:
+                body.append(f"cat {shlex.quote(str(reply.stdout))}")
+            if reply.stderr:
+                body.append(f"cat {shlex.quote(str(reply.stderr))} >&2")
+            body.append(f"exit {reply.rc}")
+            lines.append(f"  {key}) " + "; ".join(body) + " ;;")
+        lines += ['  *) echo "fake: unexpected $*" >&2; exit 99 ;;', "esac", ""]
+        path = self.bin_dir / name
+        path.write_text("\n".join(lines))
+        path.chmod(0o755)
+
+    def calls(self) -> list[str]:
+        return self.log.read_text().splitlines() if self.log.exists() else []
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> FakeSlurm:
+    return FakeSlurm(tmp_path)
+
+
+def _cli(fake: FakeSlurm, **kwargs: object) -> SlurmCli:
+    options: dict[str, object] = {"timeout_s": 5.0, "retry_wait_s": 0.0, **kwargs}
+    return SlurmCli(str(fake.bin_dir), **options)  # type: ignore[arg-type]
+
+
+def test_list_nodes_uses_scontrol_json_on_24_11(fake: FakeSlurm) -> None:
+    fake.command("scontrol", {"show": Reply(stdout=V24 / "scontrol-states.json")})
+    cli = _cli(fake, conf="/etc/slurm-test/slurm.conf")
+    nodes = cli.list_nodes()
+    assert [n.display_state for n in nodes][:3] == ["idle~", "alloc#", "alloc"]
+    cli.list_nodes()
+    assert fake.calls() == ["/etc/slurm-test/slurm.conf|scontrol show nodes --json"] * 2
+
+
+def test_list_nodes_falls_back_to_sinfo_once_on_22_05(fake: FakeSlurm) -> None:
+    fake.command(
+        "scontrol",
+        {"show": Reply(stderr=V22 / "errors" / "scontrol-json-unsupported.stderr", rc=1)},
+    )
+    fake.command("sinfo", {"--json": Reply(stdout=V22 / "sinfo-states.json")})
+    cli = _cli(fake)
+    assert len(cli.list_nodes()) == 8
+    assert len(cli.list_nodes()) == 8
+    assert fake.calls() == [
+        "|scontrol show nodes --json",
+        "|sinfo --json --all",
+        "|sinfo --json --all",
+    ]
+
+
+def test_22_05_sinfo_reporting_unreachable_with_exit_0_is_retried(fake: FakeSlurm) -> None:
+    fake.command(
+        "scontrol",
+        {"show": Reply(stderr=V22 / "errors" / "scontrol-json-unsupported.stderr", rc=1)},
+    )
+    fake.command("sinfo", {"--json": Reply(stdout=V22 / "sinfo-unreachable.json")})
+    with pytest.raises(TransientBackendError, match=r"sinfo --json --all: .*Unspecified error"):
+        _cli(fake, attempts=2).list_nodes()
+    assert fake.calls().count("|sinfo --json --all") == 2
+
+
+def test_empty_22_05_listing_warns_about_private_data(
+    fake: FakeSlurm, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    empty = tmp_path / "empty.json"
+    empty.write_text('{"meta": {}, "errors": [], "nodes": []}')
+    fake.command(
+        "scontrol",
+        {"show": Reply(stderr=V22 / "errors" / "scontrol-json-unsupported.stderr", rc=1)},
+    )
+    fake.command("sinfo", {"--json": Reply(stdout=empty)})
+    assert _cli(fake).list_nodes() == []
+    assert "PrivateData=cloud" in caplog.text
+
+
+def test_unreachable_then_recovered_is_retried(fake: FakeSlurm) -> None:
+    fake.command(
+        "scontrol",
+        {
+            "show": Reply(
+                stdout=V24 / "scontrol-states.json",
+                fail_first=2,
+                fail_stderr=V24 / "errors" / "scontrol-unreachable.stderr",
+            )
+        },
+    )
+    assert len(_cli(fake, attempts=3).list_nodes()) == 8
+    assert len(fake.calls()) == 3
+
+
+def test_list_jobs(fake: FakeSlurm) -> None:
+    fake.command("squeue", {"--json": Reply(stdout=V24 / "squeue-states.json")})
+    assert [(j.job_id, j.state, j.nodes) for j in _cli(fake).list_jobs()] == [
+        (1, "RUNNING", "cloud2"),
+        (2, "RUNNING", "cloud3"),
+    ]
+
+
+def test_update_runs_one_scontrol_with_a_hostlist(fake: FakeSlurm) -> None:
+    fake.command("scontrol", {"update": Reply()})
+    _cli(fake, conf="/c/slurm.conf").update_nodes(
+        ["cloud3", "cloud1", "cloud2", "gpu-7"],
+        state="down",
+        reason="k8s: ImagePullBackOff: Back-off pulling image",
+    )
+    assert fake.calls() == [
+        "/c/slurm.conf|scontrol update nodename=cloud[1-3],gpu-7 state=down "
+        "reason=k8s: ImagePullBackOff: Back-off pulling image"
+    ]
+
+
+def test_update_reason_is_one_argument(fake: FakeSlurm, tmp_path: Path) -> None:
+    # The fake records "$*", which cannot show word boundaries: count arguments instead.
+    script = fake.bin_dir / "scontrol"
+    script.write_text(f'#!/bin/sh\necho "$#" > {tmp_path / "argc"}\n')
+    script.chmod(0o755)
+    _cli(fake).update_nodes(["n1"], state="drain", reason="two words; $(and) `quotes`")
+    assert (tmp_path / "argc").read_text().strip() == "4"
+
+
+def test_update_without_reason_and_with_no_names(fake: FakeSlurm) -> None:
+    fake.command("scontrol", {"update": Reply()})
+    cli = _cli(fake)
+    cli.update_nodes([], state="resume")
+    cli.update_nodes(["n1"], state="power_down_force")
+    assert fake.calls() == ["|scontrol update nodename=n1 state=power_down_force"]
+
+
+@pytest.mark.parametrize(
+    ("stderr", "error", "calls"),
+    [
+        (V22 / "errors" / "update-invalid-node-name.stderr", InvalidInput, 1),
+        (V24 / "errors" / "update-invalid-node-name.stderr", InvalidInput, 1),
+        (V22 / "errors" / "update-invalid-state-transition.stderr", InvalidInput, 1),
+        (V24 / "errors" / "update-bogus-state.stderr", InvalidInput, 1),
+        (V22 / "errors" / "update-unreachable.stderr", TransientBackendError, 3),
+        (V24 / "errors" / "update-unreachable.stderr", TransientBackendError, 3),
+        (None, BackendError, 1),
+    ],
+    ids=lambda v: v.name if isinstance(v, Path) else str(v),
+)
+def test_update_failures_are_translated(
+    fake: FakeSlurm, stderr: Path | None, error: type[Exception], calls: int
+) -> None:
+    fake.command("scontrol", {"update": Reply(stderr=stderr, rc=1)})
+    with pytest.raises(error) as caught:
+        _cli(fake, attempts=3).update_nodes(["cloud1"], state="resume")
+    assert type(caught.value) is error
+    message = str(caught.value)
+    assert "scontrol update nodename=cloud1 state=resume" in message
+    if stderr is not None:
+        assert stderr.read_text().splitlines()[0].strip() in message
+    assert caught.value.__cause__ is not None
+    assert len(fake.calls()) == calls
+
+
+def test_timeout_is_transient_and_bounded(fake: FakeSlurm) -> None:
+    fake.command("scontrol", {"*": Reply(sleep_s=5)})
+    started = time.monotonic()
+    with pytest.raises(TransientBackendError, match=r"timed out after 0.2 s") as caught:
+        _cli(fake, timeout_s=0.2, attempts=2).update_nodes(["n1"], state="resume")
+    assert time.monotonic() - started < 3
+    assert caught.value.__cause__ is not None
+    assert len(fake.calls()) == 2
+
+
+def test_missing_binary_is_a_backend_error(tmp_path: Path) -> None:
+    with pytest.raises(BackendError, match="cannot run") as caught:
+        SlurmCli(str(tmp_path), attempts=1).list_nodes()
+    assert not isinstance(caught.value, TransientBackendError)
+
+
+@pytest.mark.parametrize(
+    ("names", "state", "error"),
+    [
+        (["cloud[1-2"], "down", HostlistError),
+        (["n1"], "", InvalidInput),
+        (["n1"], "a b", InvalidInput),
+    ],
+)
+def test_update_rejects_bad_input_before_running(
+    fake: FakeSlurm, names: list[str], state: str, error: type[Exception]
+) -> None:
+    fake.command("scontrol", {"*": Reply()})
+    with pytest.raises(error):
+        _cli(fake).update_nodes(names, state=state)
+    assert fake.calls() == []
