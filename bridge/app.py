@@ -161,8 +161,9 @@ def start(config: BridgeConfig) -> Bridge:
     reconciler = Reconciler(service, config.bridge.reconcile_interval_s)
     tls = None
     if config.bridge.tls_cert and config.bridge.tls_key and config.bridge.tls_client_ca:
-        tls = TlsServerFiles(config.bridge.tls_cert, config.bridge.tls_key,
-                             config.bridge.tls_client_ca)
+        tls = TlsServerFiles(
+            config.bridge.tls_cert, config.bridge.tls_key, config.bridge.tls_client_ca
+        )
     server = build_server(
         service,
         unix_socket=config.bridge.socket or None,

@@ -40,15 +40,27 @@ def format_status(rows: Sequence[NodeStatus]) -> str:
     """The ``status`` table: Slurm's and Kubernetes' views of each node side by side."""
     header = ("NODE", "POOL", "SLURM", "POD", "POD IP", "AGE", "REASON")
     table = [header] + [
-        (r.node, r.pool, r.slurm_state or "-", r.pod_phase or "-", r.pod_ip or "-",
-         _age(r.since), r.reason or "")
+        (
+            r.node,
+            r.pool,
+            r.slurm_state or "-",
+            r.pod_phase or "-",
+            r.pod_ip or "-",
+            _age(r.since),
+            r.reason or "",
+        )
         for r in rows
     ]
     widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
+    # rstrip per line: an empty REASON must not leave trailing blanks (they break diffs and grep).
     return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
+        (
+            "  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True))
+            + "  "
+            + row[-1]
+        ).rstrip()
         for row in table
-    ).rstrip()
+    )
 
 
 def _print_results(results: Sequence[NodeResult]) -> int:
@@ -153,9 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-format", choices=("text", "json"), help="override bridge.log_format")
     p.set_defaults(func=cmd_serve)
 
-    for name, text in (("resume", "create pods for HOSTLIST (what ResumeProgram does)"),
-                       ("suspend", "delete the pods of HOSTLIST (what SuspendProgram does)"),
-                       ("resume-fail", "Slurm gave up on HOSTLIST (ResumeFailProgram)")):
+    for name, text in (
+        ("resume", "create pods for HOSTLIST (what ResumeProgram does)"),
+        ("suspend", "delete the pods of HOSTLIST (what SuspendProgram does)"),
+        ("resume-fail", "Slurm gave up on HOSTLIST (ResumeFailProgram)"),
+    ):
         p = sub.add_parser(name, help=text)
         p.add_argument("hostlist", help="Slurm hostlist, e.g. cpu-[0-3]")
         if name == "resume":
@@ -169,11 +183,15 @@ def build_parser() -> argparse.ArgumentParser:
     with_socket(p)
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("render-slurm-conf",
-                       help="NodeName/PartitionName/power-save lines for slurm.conf (Include)")
+    p = sub.add_parser(
+        "render-slurm-conf", help="NodeName/PartitionName/power-save lines for slurm.conf (Include)"
+    )
     with_config(p)
-    p.add_argument("--hooks-dir", default=str(default_hooks),
-                   help=f"where the hooks are (default {default_hooks})")
+    p.add_argument(
+        "--hooks-dir",
+        default=str(default_hooks),
+        help=f"where the hooks are (default {default_hooks})",
+    )
     p.add_argument("--suspend-time", type=int, default=300, help="SuspendTime, s (default 300)")
     p.add_argument("--suspend-timeout", type=int, default=30, help="SuspendTimeout, s (default 30)")
     p.add_argument("--resume-timeout", type=int, default=300, help="ResumeTimeout, s (default 300)")

@@ -78,6 +78,14 @@ class BridgeUnreachable(TransientBackendError):  # noqa: N818 (named like errors
         self.details = details
 
 
+class BridgeNoAnswer(BridgeUnreachable):
+    """The call was sent but no answer came back (the bridge died or hung mid-call).
+
+    Unlike a refused connection, the bridge may have acted on it: a resume must then not be
+    failed by the caller, because the bridge's reconciler finishes it from POWERING_UP.
+    """
+
+
 class TlsFiles(NamedTuple):
     """PEM files for mutual TLS: our certificate and key, and the CA that signed the peer."""
 
@@ -216,7 +224,11 @@ def _error_from_rpc(e: grpc.RpcError, target: str, attempts: int) -> BridgeError
         # grpc's text repeats the address and nests errors; the last one is the useful bit
         # ("No such file or directory", "Connection refused", "Deadline Exceeded").
         cause = details.rsplit("error: ", 1)[-1]
-        return BridgeUnreachable(f"{target}: {cause} ({attempts} attempts)", details)
+        message = f"{target}: {cause} ({attempts} attempts)"
+        if code == grpc.StatusCode.UNAVAILABLE and "failed to connect" in details:
+            return BridgeUnreachable(message, details)
+        # Connected, sent, and then the bridge died or hung: it may have acted on the call.
+        return BridgeNoAnswer(message, details)
     return BridgeError(f"{code.name}: {details}")
 
 

@@ -180,8 +180,13 @@ def _describe_failure(e: Exception) -> tuple[str, str]:
     if isinstance(e, ImportError):
         # A broken install is, to Slurm, as bad as no bridge: the nodes must not wait.
         return "HookBroken", f"{type(e).__name__}: {e}"
-    from bridge.client import BridgeUnreachable  # noqa: PLC0415 (already imported by _send)
+    from bridge.client import (  # noqa: PLC0415 (already imported by _send)
+        BridgeNoAnswer,
+        BridgeUnreachable,
+    )
 
+    if isinstance(e, BridgeNoAnswer):
+        return "BridgeNoAnswer", str(e)
     if isinstance(e, BridgeUnreachable):
         return "BridgeUnreachable", str(e)
     return "BridgeFailed", f"{type(e).__name__}: {e}"
@@ -191,6 +196,10 @@ def _on_failure(call: HookCall, settings: HookSettings, failure: str, detail: st
     """For a resume, set the nodes DOWN so their jobs requeue now; returns what was done."""
     if call.kind != "resume":
         return "none"  # reconcile repairs a lost suspend/resume_fail/event; nothing waits on it
+    if failure == "BridgeNoAnswer":
+        # The bridge may hold the call: failing the nodes would fight pods it is creating. Its
+        # reconciler finishes the resume from POWERING_UP once it answers; else ResumeTimeout.
+        return "none:left-powering-up-for-the-reconciler"
     from bridge.domain.nodes import our_reason  # noqa: PLC0415
 
     scontrol = os.path.join(settings.slurm_bin, "scontrol")
@@ -223,7 +232,9 @@ def _log(settings: HookSettings, message: str) -> None:
     """One line to stderr and, when configured, appended to the hook log file."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     line = f"{stamp} slurm-k8s-bridge-hook[{os.getpid()}] {message}\n"
-    sys.stderr.write(line)
+    # slurmctld starts hooks with fd 2 closed: Python then sets sys.stderr to None.
+    if sys.stderr is not None:
+        sys.stderr.write(line)
     if not settings.log_path:
         return
     try:
@@ -234,7 +245,8 @@ def _log(settings: HookSettings, message: str) -> None:
         finally:
             os.close(fd)
     except OSError as e:
-        sys.stderr.write(f"slurm-k8s-bridge-hook: cannot write {settings.log_path}: {e}\n")
+        if sys.stderr is not None:
+            sys.stderr.write(f"slurm-k8s-bridge-hook: cannot write {settings.log_path}: {e}\n")
 
 
 if __name__ == "__main__":

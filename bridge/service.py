@@ -136,8 +136,10 @@ class BridgeService:
         for node in unknown:
             message = f"node {node} is in no pool of the bridge ({self.config.source or 'config'})"
             results.append(NodeResult(node, Outcome.REJECTED, ErrorClass.UNKNOWN_NODE, message))
-        if unknown and mark_down:
-            self._mark_down(unknown, our_reason("UnknownNode", "no bridge pool owns this node"))
+        if mark_down:
+            # One update per node: the reason names the node, so `sinfo -R` says which is wrong.
+            for node in unknown:
+                self._mark_down([node], our_reason("UnknownNode", f"no bridge pool owns {node}"))
         return results
 
     def _mark_down(self, nodes: Sequence[str], reason: str) -> None:
@@ -160,7 +162,8 @@ class BridgeService:
         manifests: list[dict[str, Any]] = []
         for pool_name, nodes in groups.items():
             pool = self.config.pools.by_name(pool_name)
-            assert pool is not None  # group() only returns names of pools it has
+            if pool is None:  # group() only returns names of pools it has
+                raise BridgeError(f"internal: pool {pool_name!r} vanished")
             manifests.extend(render_pod(pool, node, settings) for node in nodes)
         outcome = self.pods.create_pods(manifests)
         failed: dict[str, list[str]] = defaultdict(list)
@@ -217,7 +220,9 @@ class BridgeService:
             nodes, request_id, "Slurm reported the resume as failed"
         )
 
-    def node_event(self, kind: str, hostlist: str, reason: str, request_id: str) -> list[NodeResult]:
+    def node_event(
+        self, kind: str, hostlist: str, reason: str, request_id: str
+    ) -> list[NodeResult]:
         """A node event from strigger: converge now instead of at the next poll."""
         groups, unknown = self._split(hostlist)
         log.info("request %s: node event %s for %s: %s", request_id, kind, hostlist, reason)

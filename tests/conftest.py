@@ -25,22 +25,31 @@ class ProvingGround:
 
     @property
     def env(self) -> dict[str, str]:
-        return {**os.environ, "SLURM_CONF": str(self.layout.slurm_conf),
-                "KUBECONFIG": str(self.layout.kubeconfig)}
+        return {
+            **os.environ,
+            "SLURM_CONF": str(self.layout.slurm_conf),
+            "KUBECONFIG": str(self.layout.kubeconfig),
+        }
 
     def slurm(self, *argv: str, check: bool = True, timeout: float = 30) -> str:
-        result = subprocess.run(list(argv), env=self.env, capture_output=True, text=True,
-                                timeout=timeout, check=False)
+        result = subprocess.run(
+            list(argv), env=self.env, capture_output=True, text=True, timeout=timeout, check=False
+        )
         if check and result.returncode != 0:
             raise AssertionError(f"{argv} failed: {result.stderr}")
         return result.stdout
 
-    def kubectl(self, *argv: str, check: bool = True, input_text: str | None = None,
-                timeout: float = 120) -> str:
-        cmd = [str(self.layout.kubernetes_bin / "kubectl"),
-               f"--kubeconfig={self.layout.kubeconfig}", *argv]
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                                input=input_text, check=False)
+    def kubectl(
+        self, *argv: str, check: bool = True, input_text: str | None = None, timeout: float = 120
+    ) -> str:
+        cmd = [
+            str(self.layout.kubernetes_bin / "kubectl"),
+            f"--kubeconfig={self.layout.kubeconfig}",
+            *argv,
+        ]
+        result = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, input=input_text, check=False
+        )
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {argv} failed: {result.stderr}")
         return result.stdout

@@ -30,7 +30,6 @@ from tenacity import (
 from bridge.domain.pods import LABEL_CLUSTER, LABEL_MANAGED_BY, MANAGED_BY, PodView, pod_view
 from bridge.errors import (
     BackendError,
-    BridgeError,
     Conflict,
     Forbidden,
     InvalidInput,
@@ -64,7 +63,7 @@ def _translate(e: Exception, what: str) -> BackendError | InvalidInput:
             return Conflict(f"{what}: {detail}")
         if status == 410:
             return WatchExpired(f"{what}: {detail}")
-        if status == 422 or status == 400:
+        if status in (400, 422):
             return InvalidInput(f"{what}: rejected by the API server: {detail}")
         if status == 429 or status >= 500 or status == 0:
             return TransientBackendError(f"{what}: HTTP {status}: {detail}")
@@ -252,9 +251,7 @@ class PodGateway:
         self, manifests: Sequence[Mapping[str, Any]]
     ) -> dict[str, bool | BackendError | InvalidInput]:
         """Create many pods with bounded concurrency: node → created?, or the error."""
-        return self._each(
-            [(str(m["metadata"]["name"]), m) for m in manifests], self.create_pod
-        )
+        return self._each([(str(m["metadata"]["name"]), m) for m in manifests], self.create_pod)
 
     def delete_pods(self, names: Sequence[str]) -> dict[str, bool | BackendError | InvalidInput]:
         """Delete many pods with bounded concurrency: node → deleted?, or the error."""

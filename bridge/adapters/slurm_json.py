@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, NotRequired, TypedDict, TypeGuard
 
 from bridge.domain.nodes import SlurmNode
@@ -165,9 +166,19 @@ def parse_sinfo_v0038(doc: dict[str, Any], what: str = "sinfo --json") -> list[S
                 flags=frozenset(flag.upper() for flag in raw["state_flags"]),
                 reason=raw["reason"],
                 address=raw["address"],
+                reason_since=_epoch(item.get("reason_changed_at")) if raw["reason"] else None,
             ),
         )
     return list(result.values())
+
+
+def _epoch(value: object) -> datetime | None:
+    """Seconds since the epoch (22.05) or ``{"set": bool, "number": s}`` (24.11); 0 is unset."""
+    if isinstance(value, dict):
+        value = value.get("number") if value.get("set") else None
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        return None
+    return datetime.fromtimestamp(value, UTC)
 
 
 def parse_scontrol_nodes_v0042(
@@ -188,6 +199,7 @@ def parse_scontrol_nodes_v0042(
                 flags=frozenset(flag.upper() for flag in flags),
                 reason=raw["reason"],
                 address=raw["address"],
+                reason_since=_epoch(item.get("reason_changed_at")) if raw["reason"] else None,
             ),
         )
     return list(result.values())

@@ -16,11 +16,11 @@ bracket (:data:`MAX_RANGES`), 65536 values per bracket group before the last
 (:data:`MAX_PREFIX_CNT`). Slurm has no total limit; :data:`MAX_HOSTS` is ours, so that a typo
 cannot exhaust the bridge's memory.
 
-Where Slurm is plainly broken we are stricter, never looser: a bad range in the third-from-last
-or an earlier bracket only makes Slurm log an error and drop the token (``a[3-1]b[1]c[1]`` is
-an empty list), and past 65536 values there it keeps a partial list; we raise. ``a[0-2**64-1]``
-and a 2**64-1 value before the last bracket make scontrol print nothing or spin; we raise or
-expand. compress() sorts numbers of 2**31 and more correctly, where Slurm's sort drops hosts.
+Where Slurm is plainly broken we part from it. A bad range in the third-from-last or an earlier
+bracket only makes Slurm log an error and drop the token (``a[3-1]b[1]c[1]`` is an empty list),
+and past 65536 values there it keeps a partial list: we raise. On ``a[0-18446744073709551615]``
+scontrol prints nothing (we raise); on ``a[18446744073709551615]b[1]`` it loops forever (we
+expand). compress() sorts numbers of 2**31 and more correctly, where Slurm's sort drops hosts.
 """
 
 from __future__ import annotations

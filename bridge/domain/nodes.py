@@ -16,6 +16,14 @@ BASE_STATES = frozenset(
     {"IDLE", "ALLOCATED", "MIXED", "DOWN", "ERROR", "FUTURE", "UNKNOWN", "COMPLETING"}
 )
 
+_SHORT_STATES = {
+    "ALLOCATED": "alloc",
+    "COMPLETING": "comp",
+    "MIXED": "mix",
+    "FUTURE": "futr",
+    "UNKNOWN": "unk",
+}
+
 
 @dataclass(frozen=True)
 class SlurmNode:
@@ -44,8 +52,9 @@ class SlurmNode:
 
     @property
     def is_powering_down(self) -> bool:
-        # POWER_DOWN is "queued for power down" (idle% before SuspendProgram ran in some versions).
-        return "POWERING_DOWN" in self.flags or "POWER_DOWN" in self.flags
+        # Not POWER_DOWN: that is a power down *queued* behind a running job (sinfo ``alloc!``);
+        # the job still needs its slurmd, so the pod must stay.
+        return "POWERING_DOWN" in self.flags
 
     @property
     def is_down(self) -> bool:
@@ -72,9 +81,12 @@ class SlurmNode:
     @property
     def display_state(self) -> str:
         """Compact state like sinfo's: ``idle~``, ``alloc#``, ``down~`` ..."""
-        short = {"ALLOCATED": "alloc", "COMPLETING": "comp"}.get(self.state, self.state.lower())
+        # sinfo's abbreviations (node_state_string_compact in Slurm's slurm_protocol_defs.c).
+        short = _SHORT_STATES.get(self.state, self.state.lower())
         if self.is_drained:
-            short = "drain" if self.state == "IDLE" else "drng"
+            # Slurm says "drng" only while jobs still run on the node; DOWN+DRAIN is "drain".
+            busy = self.state in ("ALLOCATED", "MIXED", "COMPLETING") or "COMPLETING" in self.flags
+            short = "drng" if busy else "drain"
         suffix = ""
         if self.is_powered_down:
             suffix = "~"
@@ -82,6 +94,8 @@ class SlurmNode:
             suffix = "#"
         elif self.is_powering_down:
             suffix = "%"
+        elif "POWER_DOWN" in self.flags:
+            suffix = "!"
         elif "NOT_RESPONDING" in self.flags:
             suffix = "*"
         return short + suffix

@@ -35,7 +35,7 @@ FATAL_WAITING_REASONS = frozenset(
 
 @dataclass(frozen=True)
 class PodFailure:
-    """Why Kubernetes cannot (or no longer will) run a pod: ``reason`` is a single CamelCase word."""
+    """Why Kubernetes cannot (or will no longer) run a pod; ``reason`` is one CamelCase word."""
 
     reason: str
     message: str
@@ -83,6 +83,11 @@ def pod_failure(status: Mapping[str, Any]) -> PodFailure | None:
                 condition.get("reason") or "DisruptionTarget",
                 condition.get("message") or "Kubernetes is disrupting the pod",
             )
+    # An init container stuck on its image keeps the pod Pending for good, just as slurmd would.
+    for container in status.get("initContainerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in FATAL_WAITING_REASONS:
+            return PodFailure(waiting["reason"], waiting.get("message") or waiting["reason"])
     for container in status.get("containerStatuses") or []:
         waiting = (container.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in FATAL_WAITING_REASONS:

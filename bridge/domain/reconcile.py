@@ -12,7 +12,7 @@ node powering up, no pod                   create it (a Resume we missed, e.g. b
 node powering up or up, pod failed         DOWN with ``k8s: <Reason>: <message>``, delete pod,
                                            power down (fail fast instead of ResumeTimeout)
 node up, no pod                            DOWN with ``k8s: PodMissing``, power down
-node DOWN with our reason, pod             delete the pod, power down
+node DOWN (our reason), not powered down   delete the pod if any, power down
 node powered down + DOWN with our reason   resume it to ``idle~`` after the hold time
 pod whose node no pool owns or Slurm lacks delete it once older than the age guard
 =========================================  ======================================================
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from .nodes import SlurmNode, our_reason
+from .nodes import REASON_PREFIX, SlurmNode, our_reason
 from .pods import PodView
 from .pools import PoolSet
 
@@ -113,9 +113,13 @@ def plan_node(
             actions.append(ResumeNode(node.name, f"held DOWN for {guards.failed_node_hold}"))
         return actions
     if node.is_down:
-        if node.has_our_reason and pod is not None:
-            return _fail(node, pod, "Down", node.reason.removeprefix("k8s: "))[1:]
-        return []
+        if not node.has_our_reason:
+            return []  # an admin's DOWN: not ours to touch
+        # Finish a fail-fast that stopped at the DOWN (resume's NoCapacity path marks DOWN only;
+        # a PowerDown may have failed): without a power down the node sits in down#/down until
+        # ResumeTimeout, or for good when it was up.
+        steps = _fail(node, pod, "Down", node.reason.removeprefix(REASON_PREFIX))
+        return [a for a in steps if not isinstance(a, MarkDown)]
     if pod is not None and pod.failure is not None:
         return _fail(node, pod, pod.failure.reason, pod.failure.message)
     if node.is_powering_up:
@@ -123,7 +127,9 @@ def plan_node(
             return [CreatePod(node.name, pool, "Slurm node is powering up and has no pod")]
         return []
     if pod is None:
-        return _fail(node, None, "PodMissing", f"no pod for node {node.name}; Slurm thinks it is up")
+        return _fail(
+            node, None, "PodMissing", f"no pod for node {node.name}; Slurm thinks it is up"
+        )
     return []
 
 
@@ -142,8 +148,10 @@ def plan(
         node, pod = nodes.get(name), by_node.get(name)
         pool = pools.pool_for(name)
         if node is None or pool is None:
-            if pod is not None and not pod.deleting and _older_than(
-                pod.created_at, now, guards.pod_age_guard
+            if (
+                pod is not None
+                and not pod.deleting
+                and _older_than(pod.created_at, now, guards.pod_age_guard)
             ):
                 owner = "no pool owns it" if pool is None else "Slurm does not know it"
                 actions.append(DeletePod(name, f"orphan pod: {owner}"))

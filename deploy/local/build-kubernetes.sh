@@ -17,13 +17,13 @@ out="$CACHE_DIR/kubernetes-$KUBERNETES_VERSION"
 kwok_out="$CACHE_DIR/kwok-$KWOK_VERSION"
 kustomize_out="$CACHE_DIR/kustomize-$KUSTOMIZE_VERSION"
 crictl_out="$CACHE_DIR/crictl-$CRICTL_VERSION"
-k8s_commands=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
+k8s_commands=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 
 log() { printf '[build-kubernetes %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 have_all() {
   local f
-  for f in "$out"/{kube-apiserver,kube-controller-manager,kube-scheduler,kubelet,kubectl,etcd} \
+  for f in "$out"/{kube-apiserver,kube-controller-manager,kube-scheduler,kubelet,kube-proxy,kubectl,etcd} \
            "$kwok_out/kwok" "$kustomize_out/kustomize" "$crictl_out/crictl"; do
     [ -x "$f" ] || return 1
   done
@@ -36,7 +36,7 @@ fi
 mkdir -p "$CACHE_DIR"
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 
-if [ ! -x "$out/kubectl" ] || [ ! -x "$out/etcd" ]; then
+if [ ! -x "$out/kube-proxy" ] || [ ! -x "$out/etcd" ]; then
   work="$CACHE_DIR/src/kubernetes-$KUBERNETES_VERSION"
   mkdir -p "$work"
   minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
@@ -67,6 +67,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	_ "k8s.io/kubernetes/cmd/kubelet/app"
+	_ "k8s.io/kubernetes/cmd/kube-proxy/app"
 	_ "k8s.io/kubectl/pkg/cmd"
 )
 GO

@@ -107,14 +107,6 @@ def test_recorded_node_states(file: str, row: tuple[Any, ...]) -> None:
             f,
             row,
             id=f"{f}:{row[0]}:{row[5]}",
-            marks=[
-                pytest.mark.xfail(
-                    strict=True,
-                    reason="nodes.py renders POWER_DOWN (queued) as '%'; sinfo prints '!'",
-                )
-            ]
-            if "POWER_DOWN" in row[2]
-            else [],
         )
         for f, row in [(f, row) for f in STATES_FILES for row in STATES]
         + [(f, row) for f in AFTER_FILES for row in [*AFTER_COMMON, POWER_DOWN_QUEUED]]
@@ -242,3 +234,11 @@ def test_load_document_rejects_non_objects(text: str, message: str) -> None:
 def test_malformed_squeue(doc: dict[str, Any], message: str) -> None:
     with pytest.raises(BackendError, match=message):
         slurm_json.parse_squeue(doc)
+
+
+@pytest.mark.parametrize("file", AFTER_FILES)
+def test_queued_power_down_still_needs_its_slurmd(file: str) -> None:
+    # `state=power_down` on a busy node: Slurm waits for the job, so the pod must stay.
+    node = _nodes(file)["cloud3"]
+    assert node.flags == {"CLOUD", "POWER_DOWN"}
+    assert node.wants_pod

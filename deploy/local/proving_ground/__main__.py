@@ -19,12 +19,17 @@ def main(argv: list[str] | None = None) -> int:
         "built offline and cached. State, logs and PIDs: .local/; binaries and images: "
         "~/.cache/slurm-k8s-bridge (SKB_CACHE_DIR).",
     )
-    parser.add_argument("command", choices=("up", "down", "status"),
-                        help="up: start (idempotent); down: stop what up started; status: show it")
+    parser.add_argument(
+        "command",
+        choices=("up", "down", "status"),
+        help="up: start (idempotent); down: stop what up started; status: show it",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log every step")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     layout = Layout.default()
     try:
         if args.command == "up":

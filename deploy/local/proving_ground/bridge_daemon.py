@@ -25,18 +25,29 @@ def ensure_credentials(layout: Layout) -> None:
     """The kustomize base (namespace, ServiceAccount, Role), the munge Secret, and a kubeconfig
     holding a token of the bridge's ServiceAccount: the bridge runs with exactly that RBAC."""
     kube.kubectl(layout, "apply", "-k", str(layout.root / "deploy" / "kustomize" / "base"))
-    secret = kube.kubectl(layout, "-n", NAMESPACE, "create", "secret", "generic",
-                          "slurm-munge-key", f"--from-file=munge.key={layout.munge_key}",
-                          "--dry-run=client", "-o", "json")
+    secret = kube.kubectl(
+        layout,
+        "-n",
+        NAMESPACE,
+        "create",
+        "secret",
+        "generic",
+        "slurm-munge-key",
+        f"--from-file=munge.key={layout.munge_key}",
+        "--dry-run=client",
+        "-o",
+        "json",
+    )
     kube.kubectl(layout, "apply", "-f", "-", input_text=secret)
-    token = kube.kubectl(layout, "-n", NAMESPACE, "create", "token", SERVICE_ACCOUNT,
-                         "--duration=48h").strip()
+    token = kube.kubectl(
+        layout, "-n", NAMESPACE, "create", "token", SERVICE_ACCOUNT, "--duration=48h"
+    ).strip()
     bridge_kubeconfig(layout).write_text(f"""apiVersion: v1
 kind: Config
 clusters:
 - name: proving-ground
   cluster:
-    certificate-authority: {layout.pki / 'ca.crt'}
+    certificate-authority: {layout.pki / "ca.crt"}
     server: https://127.0.0.1:{APISERVER_PORT}
 users:
 - name: {SERVICE_ACCOUNT}
@@ -70,8 +81,12 @@ def bridge_env(layout: Layout) -> dict[str, str]:
 
 
 def bridge_argv(layout: Layout) -> list[str]:
-    return [str(layout.root / ".venv" / "bin" / "slurm-k8s-bridge"), "serve",
-            "--config", str(bridge_config_path(layout))]
+    return [
+        str(layout.root / ".venv" / "bin" / "slurm-k8s-bridge"),
+        "serve",
+        "--config",
+        str(bridge_config_path(layout)),
+    ]
 
 
 def _socket_answers() -> bool:
@@ -85,10 +100,10 @@ def start_bridge(layout: Layout, state: State) -> int:
     SHARED_DIR.mkdir(parents=True, exist_ok=True)
     SHARED_DIR.chmod(0o1777)
     write_hooks_env(layout)
-    pid = start_daemon(state, "bridge", bridge_argv(layout), log_dir=layout.logs,
-                       env=bridge_env(layout))
-    wait_until("bridge socket", _socket_answers, timeout_s=30,
-               log_path=layout.logs / "bridge.log")
+    pid = start_daemon(
+        state, "bridge", bridge_argv(layout), log_dir=layout.logs, env=bridge_env(layout)
+    )
+    wait_until("bridge socket", _socket_answers, timeout_s=30, log_path=layout.logs / "bridge.log")
     return pid
 
 

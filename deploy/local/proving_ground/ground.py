@@ -12,16 +12,38 @@ import time
 from pathlib import Path
 
 from . import bridge_daemon, kube, network, pki, slurm
-from .layout import HOST_IP, KWOK_NODES, MUNGE_SOCKET, NAMESPACE, REAL_NODE, Layout
+from .layout import BRIDGE_NAME, HOST_IP, KWOK_NODES, MUNGE_SOCKET, REAL_NODE, Layout
 from .processes import ProvingGroundError, State, run, stop_daemon
 
 log = logging.getLogger(__name__)
 
 #: Start order; ``down`` stops in reverse.
-DAEMONS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd",
-           "kubelet", "kwok", "munged", "slurmctld", "bridge")
-REQUIRED_COMMANDS = ("go", "containerd", "ctr", "runc", "debootstrap", "openssl", "ip", "tar",
-                     "/usr/sbin/slurmctld", "/usr/sbin/munged", "/usr/bin/sinfo")
+DAEMONS = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "containerd",
+    "kubelet",
+    "kube-proxy",
+    "kwok",
+    "munged",
+    "slurmctld",
+    "bridge",
+)
+REQUIRED_COMMANDS = (
+    "go",
+    "containerd",
+    "ctr",
+    "runc",
+    "debootstrap",
+    "openssl",
+    "ip",
+    "tar",
+    "/usr/sbin/slurmctld",
+    "/usr/sbin/munged",
+    "/usr/bin/sinfo",
+)
 
 
 class Step:
@@ -46,8 +68,8 @@ def check_prerequisites() -> None:
     if missing:
         raise ProvingGroundError(
             "missing commands: " + ", ".join(missing) + " (run `make deps` as root: it installs "
-            "Debian's slurmctld slurmd slurm-client munge containerd runc containernetworking-plugins "
-            "debootstrap iproute2 openssl)"
+            "Debian's slurmctld slurmd slurm-client munge containerd runc "
+            "containernetworking-plugins debootstrap iproute2 openssl)"
         )
     if os.geteuid() != 0:
         raise ProvingGroundError("the proving ground runs containerd and a kubelet: run it as root")
@@ -71,8 +93,11 @@ def _write_env_file(layout: Layout) -> None:
         link = layout.bin / name
         if not link.exists():
             link.symlink_to(layout.kubernetes_bin / name)
-    for name, target in (("kwok", layout.kwok_bin), ("kustomize", layout.kustomize_bin),
-                         ("crictl", layout.crictl_bin)):
+    for name, target in (
+        ("kwok", layout.kwok_bin),
+        ("kustomize", layout.kustomize_bin),
+        ("crictl", layout.crictl_bin),
+    ):
         link = layout.bin / name
         if not link.exists() and target.exists():
             link.symlink_to(target)
@@ -98,7 +123,7 @@ def up(layout: Layout) -> None:
     if "netns_before" not in state.data:
         state.data["netns_before"] = sorted(_netns())
         state.save()
-    with Step("Kubernetes binaries (cache: %s)" % layout.cache):
+    with Step(f"Kubernetes binaries (cache: {layout.cache})"):
         build_binaries(layout)
     with Step("certificates and kubeconfigs"):
         pki.ensure_pki(layout.pki)
@@ -111,9 +136,10 @@ def up(layout: Layout) -> None:
         kube.start_control_plane(layout, state)
     with Step(f"real node {REAL_NODE}: images, containerd, kubelet"):
         kube.start_real_node(layout, state)
+        kube.start_kube_proxy(layout, state)
     with Step(f"simulated nodes: kwok x{len(KWOK_NODES)}"):
         kube.start_kwok(layout, state)
-    with Step(f"Slurm: munged, slurmctld"):
+    with Step("Slurm: munged, slurmctld"):
         slurm.start_slurm(layout, state)
     with Step("waiting for the real node to be Ready"):
         kube.wait_real_node(layout)
@@ -130,18 +156,21 @@ def summary(layout: Layout) -> str:
     for name in DAEMONS:
         pid = state.running(name)
         entry = state.processes.get(name, {})
-        rows.append(f"  {name:24} {'pid ' + str(pid) if pid else 'not running':12} "
-                    f"{entry.get('log', '')}")
-    return "\n".join([
-        "Proving ground:",
-        *rows,
-        f"  kubeconfig:  {layout.kubeconfig}",
-        f"  kubectl:     {layout.bin / 'kubectl'}",
-        f"  slurm.conf:  {layout.slurm_conf}",
-        f"  logs:        {layout.logs}",
-        f"  bridge:      {bridge_daemon.BRIDGE_SOCKET} (log {layout.logs / 'bridge.log'})",
-        f"  try:         source {layout.local / 'env'}; sinfo; kubectl get nodes",
-    ])
+        rows.append(
+            f"  {name:24} {'pid ' + str(pid) if pid else 'not running':12} {entry.get('log', '')}"
+        )
+    return "\n".join(
+        [
+            "Proving ground:",
+            *rows,
+            f"  kubeconfig:  {layout.kubeconfig}",
+            f"  kubectl:     {layout.bin / 'kubectl'}",
+            f"  slurm.conf:  {layout.slurm_conf}",
+            f"  logs:        {layout.logs}",
+            f"  bridge:      {bridge_daemon.BRIDGE_SOCKET} (log {layout.logs / 'bridge.log'})",
+            f"  try:         source {layout.local / 'env'}; sinfo; kubectl get nodes",
+        ]
+    )
 
 
 def status(layout: Layout) -> int:
@@ -163,8 +192,11 @@ def _kill_our_shims(layout: Layout) -> None:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv and argv[0].endswith(b"containerd-shim-runc-v2") and \
-                str(layout.containerd_socket).encode() in b" ".join(argv):
+        if (
+            argv
+            and argv[0].endswith(b"containerd-shim-runc-v2")
+            and str(layout.containerd_socket).encode() in b" ".join(argv)
+        ):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(proc.name), 9)
 
@@ -174,20 +206,40 @@ def down(layout: Layout) -> None:
     started = time.monotonic()
     if state.running("kube-apiserver") and state.running("kubelet"):
         with Step("deleting every pod (the kubelet stops their containers)"):
-            kube.kubectl(layout, "delete", "pods", "--all", "--all-namespaces", "--grace-period=2",
-                         "--wait=true", "--timeout=90s", check=False, timeout_s=120)
+            kube.kubectl(
+                layout,
+                "delete",
+                "pods",
+                "--all",
+                "--all-namespaces",
+                "--grace-period=2",
+                "--wait=true",
+                "--timeout=90s",
+                check=False,
+                timeout_s=120,
+            )
     if state.running("containerd") and layout.crictl_bin.exists():
         with Step("removing pod sandboxes left in containerd"):
             endpoint = f"unix://{layout.containerd_socket}"
-            run([str(layout.crictl_bin), "--runtime-endpoint", endpoint, "rmp", "-fa"],
-                check=False, timeout_s=120)
+            run(
+                [str(layout.crictl_bin), "--runtime-endpoint", endpoint, "rmp", "-fa"],
+                check=False,
+                timeout_s=120,
+            )
     with Step("stopping daemons (by recorded PID)"):
         for name in reversed(DAEMONS):
             stop_daemon(state, name)
         _kill_our_shims(layout)
+        if (layout.kubernetes_bin / "kube-proxy").exists():
+            # Removes the KUBE-* iptables chains kube-proxy made.
+            run([str(layout.kubernetes_bin / "kube-proxy"), "--cleanup"], check=False)
     with Step("unmounting, removing network namespaces and the bridge"):
-        points = network.unmount_all(layout.kubelet_root, layout.containerd_state,
-                                     layout.containerd_root, Path(MUNGE_SOCKET).parent.parent)
+        points = network.unmount_all(
+            layout.kubelet_root,
+            layout.containerd_state,
+            layout.containerd_root,
+            Path(MUNGE_SOCKET).parent.parent,
+        )
         if points:
             log.info("unmounted %d mount points", len(points))
         before = set(state.data.get("netns_before", []))
@@ -198,8 +250,12 @@ def down(layout: Layout) -> None:
         shutil.rmtree(bridge_daemon.SHARED_DIR.parent, ignore_errors=True)
         (layout.root / "slurm_plugins" / "hooks.env").unlink(missing_ok=True)
         # Fresh cluster and Slurm state next time; certificates and the cache stay.
-        for path in (layout.etcd_data, layout.slurm / "state", layout.kubelet_root,
-                     layout.cni_ipam_dir):
+        for path in (
+            layout.etcd_data,
+            layout.slurm / "state",
+            layout.kubelet_root,
+            layout.cni_ipam_dir,
+        ):
             shutil.rmtree(path, ignore_errors=True)
     state.data.pop("netns_before", None)
     state.save()
@@ -212,9 +268,10 @@ def leftovers(layout: Layout) -> dict[str, list[str]]:
     before = set(state.data.get("netns_before", []))
     return {
         "processes": [n for n in DAEMONS if state.running(n)],
-        "mounts": network.mounts_under(layout.kubelet_root, layout.containerd_state,
-                                       layout.containerd_root),
-        "interfaces": [network.BRIDGE_NAME] if network.bridge_exists() else [],
+        "mounts": network.mounts_under(
+            layout.kubelet_root, layout.containerd_state, layout.containerd_root
+        ),
+        "interfaces": [BRIDGE_NAME] if network.bridge_exists() else [],
         "netns": sorted(_netns() - before),
     }
 

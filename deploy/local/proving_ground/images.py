@@ -94,7 +94,10 @@ def _write_docker_archive(
     layer_name = layer_digest.hexdigest() + "/layer.tar"
     manifest = [{"Config": config_name, "RepoTags": references, "Layers": [layer_name]}]
     with tarfile.open(out, "w") as tar:
-        for name, data in ((config_name, config_bytes), ("manifest.json", json.dumps(manifest).encode())):
+        for name, data in (
+            (config_name, config_bytes),
+            ("manifest.json", json.dumps(manifest).encode()),
+        ):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
@@ -109,8 +112,14 @@ def _build_slurmd_archive(layout: Layout, recipe: ImageRecipe, out: Path) -> Non
         log.info("debootstrap bookworm with %s (about a minute)", packages)
         started = time.monotonic()
         run(
-            ["debootstrap", "--variant=minbase", f"--include={packages}", "bookworm", str(root),
-             DEBIAN_MIRROR],
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={packages}",
+                "bookworm",
+                str(root),
+                DEBIAN_MIRROR,
+            ],
             timeout_s=1200,
         )
         log.info("debootstrap done in %.0fs", time.monotonic() - started)
@@ -142,7 +151,10 @@ def ensure_archives(layout: Layout) -> dict[str, Path]:
     """Build the image archives that are missing from the cache; return reference → archive."""
     layout.images.mkdir(parents=True, exist_ok=True)
     result: dict[str, Path] = {}
-    for recipe, builder in ((slurmd_recipe(), _build_slurmd_archive), (pause_recipe(), _build_pause_archive)):
+    for recipe, builder in (
+        (slurmd_recipe(), _build_slurmd_archive),
+        (pause_recipe(), _build_pause_archive),
+    ):
         archive = layout.images / f"{recipe.name.rsplit('/', 1)[1]}-{recipe.digest()}.tar"
         if not archive.exists():
             log.info("building image %s", recipe.reference())
@@ -160,7 +172,8 @@ def import_images(layout: Layout, ctr: list[str]) -> None:
         if reference in listed:
             continue
         log.info("importing %s into containerd", reference)
-        result = run([*ctr, "-n", "k8s.io", "images", "import", str(archive)], check=False,
-                     timeout_s=600)
+        result = run(
+            [*ctr, "-n", "k8s.io", "images", "import", str(archive)], check=False, timeout_s=600
+        )
         if result.returncode != 0:
             raise ProvingGroundError(f"ctr import {archive} failed: {result.stderr.strip()}")

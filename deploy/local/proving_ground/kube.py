@@ -7,6 +7,7 @@ import json
 import logging
 import ssl
 import urllib.request
+from pathlib import Path
 
 from . import images
 from .layout import (
@@ -15,6 +16,7 @@ from .layout import (
     ETCD_PORT,
     HOST_IP,
     KWOK_NODES,
+    POD_SUBNET,
     REAL_NODE,
     SERVICE_SUBNET,
     Layout,
@@ -37,17 +39,30 @@ def _https_ok(layout: Layout, url: str) -> bool:
         return bool(response.status == 200)
 
 
-def kubectl(layout: Layout, *args: str, check: bool = True, input_text: str | None = None,
-            timeout_s: float = 120.0) -> str:
+def kubectl(
+    layout: Layout,
+    *args: str,
+    check: bool = True,
+    input_text: str | None = None,
+    timeout_s: float = 120.0,
+) -> str:
     argv = [str(layout.kubernetes_bin / "kubectl"), f"--kubeconfig={layout.kubeconfig}", *args]
     return run(argv, check=check, input_text=input_text, timeout_s=timeout_s).stdout
 
 
 def write_kubeconfigs(layout: Layout) -> None:
-    for client in ("admin", "kube-controller-manager", "kube-scheduler", "kubelet", "kwok"):
+    for client in (
+        "admin",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kubelet",
+        "kwok",
+        "kube-proxy",
+    ):
         target = layout.local / "kubeconfigs" / f"{client}.kubeconfig"
         target.parent.mkdir(parents=True, exist_ok=True)
-        server = f"https://{HOST_IP}:{APISERVER_PORT}" if client == "kubelet" else APISERVER_URL
+        on_node = client in ("kubelet", "kube-proxy")
+        server = f"https://{HOST_IP}:{APISERVER_PORT}" if on_node else APISERVER_URL
         target.write_text(kubeconfig(layout.pki, client, server))
     layout.kubeconfig.write_text(kubeconfig(layout.pki, "admin", APISERVER_URL))
 
@@ -56,57 +71,95 @@ def start_control_plane(layout: Layout, state: State) -> None:
     k8s = layout.kubernetes_bin
     kc = layout.local / "kubeconfigs"
     pki = layout.pki
-    start_daemon(state, "etcd", [
-        str(k8s / "etcd"), "--name=default", f"--data-dir={layout.etcd_data}",
-        f"--listen-client-urls=http://127.0.0.1:{ETCD_PORT}",
-        f"--advertise-client-urls=http://127.0.0.1:{ETCD_PORT}",
-        f"--listen-peer-urls=http://127.0.0.1:{ETCD_PEER_PORT}",
-        f"--initial-advertise-peer-urls=http://127.0.0.1:{ETCD_PEER_PORT}",
-        f"--initial-cluster=default=http://127.0.0.1:{ETCD_PEER_PORT}",
-        "--listen-metrics-urls=http://127.0.0.1:2381",
-        # A throw-away cluster on a 2-core VM: durability is not worth the fsync latency.
-        "--unsafe-no-fsync", "--log-level=warn",
-    ], log_dir=layout.logs)
-    start_daemon(state, "kube-apiserver", [
-        str(k8s / "kube-apiserver"),
-        f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}",
-        "--bind-address=0.0.0.0", f"--secure-port={APISERVER_PORT}", f"--advertise-address={HOST_IP}",
-        f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
-        f"--client-ca-file={pki / 'ca.crt'}",
-        "--authorization-mode=Node,RBAC",
-        "--enable-admission-plugins=NodeRestriction",
-        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-        f"--service-account-key-file={pki / 'sa.pub'}",
-        f"--service-account-signing-key-file={pki / 'sa.key'}",
-        f"--service-cluster-ip-range={SERVICE_SUBNET}",
-        f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
-        f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
-        f"--kubelet-certificate-authority={pki / 'ca.crt'}",
-        "--kubelet-preferred-address-types=InternalIP,Hostname",
-        "--allow-privileged=true", "--profiling=false", "--v=1",
-    ], log_dir=layout.logs)
-    wait_until("kube-apiserver /readyz", lambda: _https_ok(layout, APISERVER_URL + "/readyz"),
-               timeout_s=90, log_path=layout.logs / "kube-apiserver.log")
-    start_daemon(state, "kube-controller-manager", [
-        str(k8s / "kube-controller-manager"),
-        f"--kubeconfig={kc / 'kube-controller-manager.kubeconfig'}",
-        f"--authentication-kubeconfig={kc / 'kube-controller-manager.kubeconfig'}",
-        f"--authorization-kubeconfig={kc / 'kube-controller-manager.kubeconfig'}",
-        f"--service-account-private-key-file={pki / 'sa.key'}",
-        f"--root-ca-file={pki / 'ca.crt'}",
-        f"--cluster-signing-cert-file={pki / 'ca.crt'}",
-        f"--cluster-signing-key-file={pki / 'ca.key'}",
-        "--use-service-account-credentials=true",
-        f"--service-cluster-ip-range={SERVICE_SUBNET}",
-        "--leader-elect=false", "--bind-address=127.0.0.1", "--profiling=false", "--v=1",
-    ], log_dir=layout.logs)
-    start_daemon(state, "kube-scheduler", [
-        str(k8s / "kube-scheduler"),
-        f"--kubeconfig={kc / 'kube-scheduler.kubeconfig'}",
-        f"--authentication-kubeconfig={kc / 'kube-scheduler.kubeconfig'}",
-        f"--authorization-kubeconfig={kc / 'kube-scheduler.kubeconfig'}",
-        "--leader-elect=false", "--bind-address=127.0.0.1", "--profiling=false", "--v=1",
-    ], log_dir=layout.logs)
+    start_daemon(
+        state,
+        "etcd",
+        [
+            str(k8s / "etcd"),
+            "--name=default",
+            f"--data-dir={layout.etcd_data}",
+            f"--listen-client-urls=http://127.0.0.1:{ETCD_PORT}",
+            f"--advertise-client-urls=http://127.0.0.1:{ETCD_PORT}",
+            f"--listen-peer-urls=http://127.0.0.1:{ETCD_PEER_PORT}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{ETCD_PEER_PORT}",
+            f"--initial-cluster=default=http://127.0.0.1:{ETCD_PEER_PORT}",
+            "--listen-metrics-urls=http://127.0.0.1:2381",
+            # A throw-away cluster on a 2-core VM: durability is not worth the fsync latency.
+            "--unsafe-no-fsync",
+            "--log-level=warn",
+        ],
+        log_dir=layout.logs,
+    )
+    start_daemon(
+        state,
+        "kube-apiserver",
+        [
+            str(k8s / "kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}",
+            "--bind-address=0.0.0.0",
+            f"--secure-port={APISERVER_PORT}",
+            f"--advertise-address={HOST_IP}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--service-cluster-ip-range={SERVICE_SUBNET}",
+            f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+            f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+            "--allow-privileged=true",
+            "--profiling=false",
+            "--v=1",
+        ],
+        log_dir=layout.logs,
+    )
+    wait_until(
+        "kube-apiserver /readyz",
+        lambda: _https_ok(layout, APISERVER_URL + "/readyz"),
+        timeout_s=90,
+        log_path=layout.logs / "kube-apiserver.log",
+    )
+    start_daemon(
+        state,
+        "kube-controller-manager",
+        [
+            str(k8s / "kube-controller-manager"),
+            f"--kubeconfig={kc / 'kube-controller-manager.kubeconfig'}",
+            f"--authentication-kubeconfig={kc / 'kube-controller-manager.kubeconfig'}",
+            f"--authorization-kubeconfig={kc / 'kube-controller-manager.kubeconfig'}",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}",
+            f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+            f"--cluster-signing-key-file={pki / 'ca.key'}",
+            "--use-service-account-credentials=true",
+            f"--service-cluster-ip-range={SERVICE_SUBNET}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            "--profiling=false",
+            "--v=1",
+        ],
+        log_dir=layout.logs,
+    )
+    start_daemon(
+        state,
+        "kube-scheduler",
+        [
+            str(k8s / "kube-scheduler"),
+            f"--kubeconfig={kc / 'kube-scheduler.kubeconfig'}",
+            f"--authentication-kubeconfig={kc / 'kube-scheduler.kubeconfig'}",
+            f"--authorization-kubeconfig={kc / 'kube-scheduler.kubeconfig'}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            "--profiling=false",
+            "--v=1",
+        ],
+        log_dir=layout.logs,
+    )
 
 
 def _containerd_config(layout: Layout, pause_reference: str) -> str:
@@ -163,8 +216,11 @@ def _kubelet_config(layout: Layout) -> str:
         # No registry can give an image back, so never garbage-collect images.
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
-        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%",
-                         "imagefs.available": "1%"},
+        "evictionHard": {
+            "memory.available": "100Mi",
+            "nodefs.available": "1%",
+            "imagefs.available": "1%",
+        },
         "resolvConf": "",
         "maxPods": 60,
         "serializeImagePulls": False,
@@ -182,32 +238,76 @@ def start_real_node(layout: Layout, state: State) -> None:
     config.write_text(_containerd_config(layout, pause))
     start_daemon(state, "containerd", ["containerd", "--config", str(config)], log_dir=layout.logs)
     ctr = ["ctr", "--address", str(layout.containerd_socket)]
-    wait_until("containerd", lambda: run([*ctr, "version"], check=False).returncode == 0,
-               timeout_s=30, log_path=layout.logs / "containerd.log")
+    wait_until(
+        "containerd",
+        lambda: run([*ctr, "version"], check=False).returncode == 0,
+        timeout_s=30,
+        log_path=layout.logs / "containerd.log",
+    )
     images.import_images(layout, ctr)
     kubelet_config = layout.local / "kubelet.json"
     kubelet_config.write_text(_kubelet_config(layout))
     layout.kubelet_root.mkdir(parents=True, exist_ok=True)
-    start_daemon(state, "kubelet", [
-        str(layout.kubernetes_bin / "kubelet"),
-        f"--config={kubelet_config}",
-        f"--kubeconfig={layout.local / 'kubeconfigs' / 'kubelet.kubeconfig'}",
-        f"--hostname-override={REAL_NODE}", f"--node-ip={HOST_IP}",
-        f"--root-dir={layout.kubelet_root}",
-        "--node-labels=slurm-k8s-bridge.io/node-kind=real",
-        "--v=1",
-    ], log_dir=layout.logs)
+    start_daemon(
+        state,
+        "kubelet",
+        [
+            str(layout.kubernetes_bin / "kubelet"),
+            f"--config={kubelet_config}",
+            f"--kubeconfig={layout.local / 'kubeconfigs' / 'kubelet.kubeconfig'}",
+            f"--hostname-override={REAL_NODE}",
+            f"--node-ip={HOST_IP}",
+            f"--root-dir={layout.kubelet_root}",
+            "--node-labels=slurm-k8s-bridge.io/node-kind=real",
+            "--v=1",
+        ],
+        log_dir=layout.logs,
+    )
+
+
+def start_kube_proxy(layout: Layout, state: State) -> None:
+    """Services for the in-cluster overlay: iptables mode, pod traffic not masqueraded (slurmctld
+    must see a registering slurmd's own address)."""
+    # Pod-to-service-to-pod on one bridge needs bridged packets to pass iptables.
+    Path("/proc/sys/net/bridge/bridge-nf-call-iptables").write_text("1\n")
+    start_daemon(
+        state,
+        "kube-proxy",
+        [
+            str(layout.kubernetes_bin / "kube-proxy"),
+            f"--kubeconfig={layout.local / 'kubeconfigs' / 'kube-proxy.kubeconfig'}",
+            f"--hostname-override={REAL_NODE}",
+            "--proxy-mode=iptables",
+            f"--cluster-cidr={POD_SUBNET}",
+            "--conntrack-max-per-core=0",
+            "--metrics-bind-address=127.0.0.1:10249",
+            "--healthz-bind-address=127.0.0.1:10256",
+            "--v=1",
+        ],
+        log_dir=layout.logs,
+    )
 
 
 def _node_ready(layout: Layout, node: str) -> bool:
-    out = kubectl(layout, "get", "node", node, "-o",
-                  "jsonpath={.status.conditions[?(@.type=='Ready')].status}", check=False)
+    out = kubectl(
+        layout,
+        "get",
+        "node",
+        node,
+        "-o",
+        "jsonpath={.status.conditions[?(@.type=='Ready')].status}",
+        check=False,
+    )
     return out.strip() == "True"
 
 
 def wait_real_node(layout: Layout) -> None:
-    wait_until(f"node {REAL_NODE} Ready", lambda: _node_ready(layout, REAL_NODE), timeout_s=120,
-               log_path=layout.logs / "kubelet.log")
+    wait_until(
+        f"node {REAL_NODE} Ready",
+        lambda: _node_ready(layout, REAL_NODE),
+        timeout_s=120,
+        log_path=layout.logs / "kubelet.log",
+    )
 
 
 def kwok_node_manifest(name: str) -> dict[str, object]:
@@ -217,11 +317,16 @@ def kwok_node_manifest(name: str) -> dict[str, object]:
         "metadata": {
             "name": name,
             "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-            "labels": {KWOK_LABEL[0]: KWOK_LABEL[1], "kubernetes.io/hostname": name,
-                       "kubernetes.io/role": "agent", "slurm-k8s-bridge.io/node-kind": "kwok"},
+            "labels": {
+                KWOK_LABEL[0]: KWOK_LABEL[1],
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/role": "agent",
+                "slurm-k8s-bridge.io/node-kind": "kwok",
+            },
         },
-        "spec": {"taints": [{"key": KWOK_TAINT[0], "value": KWOK_TAINT[1],
-                             "effect": "NoSchedule"}]},
+        "spec": {
+            "taints": [{"key": KWOK_TAINT[0], "value": KWOK_TAINT[1], "effect": "NoSchedule"}]
+        },
         "status": {
             "allocatable": {"cpu": "1000", "memory": "4Ti", "pods": "1000"},
             "capacity": {"cpu": "1000", "memory": "4Ti", "pods": "1000"},
@@ -232,16 +337,29 @@ def kwok_node_manifest(name: str) -> dict[str, object]:
 def start_kwok(layout: Layout, state: State) -> None:
     if not layout.kwok_bin.exists():
         raise ProvingGroundError(f"{layout.kwok_bin} missing: run deploy/local/build-kubernetes.sh")
-    manifests = {"apiVersion": "v1", "kind": "List",
-                 "items": [kwok_node_manifest(n) for n in KWOK_NODES]}
+    manifests = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [kwok_node_manifest(n) for n in KWOK_NODES],
+    }
     kubectl(layout, "apply", "-f", "-", input_text=json.dumps(manifests))
-    start_daemon(state, "kwok", [
-        str(layout.kwok_bin),
-        f"--kubeconfig={layout.local / 'kubeconfigs' / 'kwok.kubeconfig'}",
-        "--manage-all-nodes=false",
-        "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-        "--cidr=10.215.0.0/16", "--node-ip=10.215.255.254",
-        "--node-lease-duration-seconds=40",
-    ], log_dir=layout.logs)
-    wait_until("kwok nodes Ready", lambda: _node_ready(layout, KWOK_NODES[-1]), timeout_s=60,
-               log_path=layout.logs / "kwok.log")
+    start_daemon(
+        state,
+        "kwok",
+        [
+            str(layout.kwok_bin),
+            f"--kubeconfig={layout.local / 'kubeconfigs' / 'kwok.kubeconfig'}",
+            "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            "--cidr=10.215.0.0/16",
+            "--node-ip=10.215.255.254",
+            "--node-lease-duration-seconds=40",
+        ],
+        log_dir=layout.logs,
+    )
+    wait_until(
+        "kwok nodes Ready",
+        lambda: _node_ready(layout, KWOK_NODES[-1]),
+        timeout_s=60,
+        log_path=layout.logs / "kwok.log",
+    )

@@ -53,8 +53,16 @@ def write_cni_config(conf_dir: Path, ipam_dir: Path) -> None:
                 "ipam": {
                     "type": "host-local",
                     "dataDir": str(ipam_dir),
-                    "ranges": [[{"subnet": POD_SUBNET, "gateway": HOST_IP,
-                                 "rangeStart": f"{first}.10", "rangeEnd": f"{first}.250"}]],
+                    "ranges": [
+                        [
+                            {
+                                "subnet": POD_SUBNET,
+                                "gateway": HOST_IP,
+                                "rangeStart": f"{first}.10",
+                                "rangeEnd": f"{first}.250",
+                            }
+                        ]
+                    ],
                     "routes": [{"dst": "0.0.0.0/0"}],
                 },
             },

@@ -21,6 +21,7 @@ CLIENTS = {
     "kube-scheduler": ("system:kube-scheduler", ""),
     "kubelet": (f"system:node:{REAL_NODE}", "system:nodes"),
     "kwok": ("kwok-controller", "system:masters"),
+    "kube-proxy": ("system:kube-proxy", ""),
     "apiserver-kubelet-client": ("kube-apiserver-kubelet-client", "system:masters"),
 }
 
@@ -35,9 +36,27 @@ def _issue(pki: Path, name: str, subject: str, extensions: str) -> None:
     key.chmod(0o600)
     run(["openssl", "req", "-new", "-key", str(key), "-subj", subject, "-out", str(csr)])
     ext.write_text(extensions)
-    run(["openssl", "x509", "-req", "-in", str(csr), "-CA", str(pki / "ca.crt"),
-         "-CAkey", str(pki / "ca.key"), "-CAcreateserial", "-days", "365", "-sha256",
-         "-extfile", str(ext), "-out", str(crt)])
+    run(
+        [
+            "openssl",
+            "x509",
+            "-req",
+            "-in",
+            str(csr),
+            "-CA",
+            str(pki / "ca.crt"),
+            "-CAkey",
+            str(pki / "ca.key"),
+            "-CAcreateserial",
+            "-days",
+            "365",
+            "-sha256",
+            "-extfile",
+            str(ext),
+            "-out",
+            str(crt),
+        ]
+    )
     csr.unlink()
     ext.unlink()
 
@@ -48,21 +67,51 @@ def ensure_pki(pki: Path) -> None:
     pki.chmod(0o700)
     if not (pki / "ca.crt").exists():
         log.info("creating the cluster CA in %s", pki)
-        run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650",
-             "-keyout", str(pki / "ca.key"), "-out", str(pki / "ca.crt"),
-             "-subj", "/CN=slurm-k8s-bridge-proving-ground-ca"])
+        run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "3650",
+                "-keyout",
+                str(pki / "ca.key"),
+                "-out",
+                str(pki / "ca.crt"),
+                "-subj",
+                "/CN=slurm-k8s-bridge-proving-ground-ca",
+            ]
+        )
     if not (pki / "apiserver.crt").exists():
         sans = ",".join(
-            ["DNS:localhost", "DNS:kubernetes", "DNS:kubernetes.default",
-             "DNS:kubernetes.default.svc", "DNS:kubernetes.default.svc.cluster.local",
-             "IP:127.0.0.1", f"IP:{HOST_IP}", f"IP:{KUBERNETES_SERVICE_IP}"]
+            [
+                "DNS:localhost",
+                "DNS:kubernetes",
+                "DNS:kubernetes.default",
+                "DNS:kubernetes.default.svc",
+                "DNS:kubernetes.default.svc.cluster.local",
+                "IP:127.0.0.1",
+                f"IP:{HOST_IP}",
+                f"IP:{KUBERNETES_SERVICE_IP}",
+            ]
         )
-        _issue(pki, "apiserver", "/CN=kube-apiserver",
-               f"subjectAltName={sans}\nextendedKeyUsage=serverAuth\n")
+        _issue(
+            pki,
+            "apiserver",
+            "/CN=kube-apiserver",
+            f"subjectAltName={sans}\nextendedKeyUsage=serverAuth\n",
+        )
     if not (pki / "kubelet-serving.crt").exists():
-        _issue(pki, "kubelet-serving", f"/CN={REAL_NODE}",
-               f"subjectAltName=DNS:{REAL_NODE},IP:{HOST_IP},IP:127.0.0.1\n"
-               "extendedKeyUsage=serverAuth\n")
+        _issue(
+            pki,
+            "kubelet-serving",
+            f"/CN={REAL_NODE}",
+            f"subjectAltName=DNS:{REAL_NODE},IP:{HOST_IP},IP:127.0.0.1\n"
+            "extendedKeyUsage=serverAuth\n",
+        )
     for name, (cn, org) in CLIENTS.items():
         if not (pki / f"{name}.crt").exists():
             _issue(pki, name, _subject(cn, org), "extendedKeyUsage=clientAuth\n")
@@ -78,13 +127,13 @@ kind: Config
 clusters:
 - name: proving-ground
   cluster:
-    certificate-authority: {pki / 'ca.crt'}
+    certificate-authority: {pki / "ca.crt"}
     server: {server}
 users:
 - name: {client}
   user:
-    client-certificate: {pki / f'{client}.crt'}
-    client-key: {pki / f'{client}.key'}
+    client-certificate: {pki / f"{client}.crt"}
+    client-key: {pki / f"{client}.key"}
 contexts:
 - name: {client}@proving-ground
   context:

@@ -107,7 +107,7 @@ def start_daemon(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
 ) -> int:
-    """Start ``argv`` detached (own session, output to ``log_dir/name.log``) unless already running."""
+    """Start ``argv`` detached (own session, log in ``log_dir/name.log``) unless it runs."""
     pid = state.running(name)
     if pid is not None:
         log.info("%s already running (pid %d)", name, pid)
@@ -165,7 +165,7 @@ def wait_until(
         try:
             if check():
                 return
-        except Exception as e:  # noqa: BLE001 - readiness probes fail in many ways while starting
+        except Exception as e:
             last = e
             del last
         time.sleep(0.25)

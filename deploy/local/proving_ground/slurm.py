@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 #: Short timers so that tests and the demo see a whole cycle in well under a minute; the long
 #: ResumeTimeout shows that failures are reported by the bridge, not by Slurm's timeout.
-TIMERS = {"suspend_time": 20, "suspend_timeout": 10, "resume_timeout": 180}
+SUSPEND_TIME, SUSPEND_TIMEOUT, RESUME_TIMEOUT = 20, 10, 180
 SLURMD_TIMEOUT = 30
 
 
@@ -66,7 +66,9 @@ def render_slurm_conf(layout: Layout) -> str:
         suspend_program=str(plugins / "suspend"),
         resume_fail_program=str(plugins / "resume_fail"),
         return_to_service=2,
-        **TIMERS,
+        suspend_time=SUSPEND_TIME,
+        suspend_timeout=SUSPEND_TIMEOUT,
+        resume_timeout=RESUME_TIMEOUT,
         source=str(bridge_config_path(layout).relative_to(layout.root)),
     )
     return "\n".join(lines) + bridge_lines
@@ -89,13 +91,27 @@ def start_slurm(layout: Layout, state: State) -> None:
     ensure_munge_key(layout)
     munge_dir = layout.local / "munge"
     os.makedirs(os.path.dirname(MUNGE_SOCKET), mode=0o755, exist_ok=True)
-    start_daemon(state, "munged", [
-        "/usr/sbin/munged", "--foreground", "--force", f"--socket={MUNGE_SOCKET}",
-        f"--key-file={layout.munge_key}", f"--pid-file={munge_dir / 'munged.pid'}",
-        f"--seed-file={munge_dir / 'munged.seed'}", f"--log-file={layout.logs / 'munged.log'}",
-    ], log_dir=layout.logs)
-    wait_until("munged", lambda: os.path.exists(MUNGE_SOCKET), timeout_s=15,
-               log_path=layout.logs / "munged.log")
+    start_daemon(
+        state,
+        "munged",
+        [
+            "/usr/sbin/munged",
+            "--foreground",
+            "--force",
+            f"--socket={MUNGE_SOCKET}",
+            f"--key-file={layout.munge_key}",
+            f"--pid-file={munge_dir / 'munged.pid'}",
+            f"--seed-file={munge_dir / 'munged.seed'}",
+            f"--log-file={layout.logs / 'munged.log'}",
+        ],
+        log_dir=layout.logs,
+    )
+    wait_until(
+        "munged",
+        lambda: os.path.exists(MUNGE_SOCKET),
+        timeout_s=15,
+        log_path=layout.logs / "munged.log",
+    )
     (layout.slurm / "state").mkdir(parents=True, exist_ok=True)
     text = render_slurm_conf(layout)
     if layout.slurm_conf.exists() and layout.slurm_conf.read_text() != text:
@@ -103,8 +119,16 @@ def start_slurm(layout: Layout, state: State) -> None:
         stop_daemon(state, "slurmctld")
     layout.slurm_conf.write_text(text)
     env = slurm_env(layout)
-    start_daemon(state, "slurmctld", ["/usr/sbin/slurmctld", "-D", "-f", str(layout.slurm_conf)],
-                 log_dir=layout.logs, env=env)
-    wait_until("slurmctld answering", lambda: run(["/usr/bin/scontrol", "ping"], env=env,
-               check=False).stdout.count("UP") > 0, timeout_s=60,
-               log_path=layout.logs / "slurmctld.log")
+    start_daemon(
+        state,
+        "slurmctld",
+        ["/usr/sbin/slurmctld", "-D", "-f", str(layout.slurm_conf)],
+        log_dir=layout.logs,
+        env=env,
+    )
+    wait_until(
+        "slurmctld answering",
+        lambda: run(["/usr/bin/scontrol", "ping"], env=env, check=False).stdout.count("UP") > 0,
+        timeout_s=60,
+        log_path=layout.logs / "slurmctld.log",
+    )

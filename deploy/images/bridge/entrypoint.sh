@@ -1,0 +1,90 @@
+#!/bin/sh
+# Entrypoint of the bridge image. One image, several roles (one per container, or all in one):
+#   munged     munged in the foreground with the key at $MUNGE_KEY_FILE (a mounted Secret)
+#   slurmctld  slurmctld in the foreground; slurm.conf = $SLURM_CONF_HEAD (the site's lines)
+#              followed by what `slurm-k8s-bridge render-slurm-conf` makes of the bridge's
+#              configuration, so Slurm's nodes and the bridge's pods cannot disagree
+#   bridge     slurm-k8s-bridge serve --config $SKB_CONFIG
+#   all        munged and the bridge in the background, slurmctld in front (compose)
+# Anything else runs as a command (e.g. `sh`).
+set -eu
+role=${1:-all}
+[ $# -gt 0 ] && shift
+
+config=${SKB_CONFIG:-/etc/slurm-k8s-bridge/bridge.yaml}
+head=${SLURM_CONF_HEAD:-/etc/slurm-k8s-bridge/slurm.conf.head}
+conf=${SLURM_CONF:-/etc/slurm/slurm.conf}
+plugins=/opt/slurm-k8s-bridge/slurm_plugins
+munge_socket=${MUNGE_SOCKET:-/run/munge/munge.socket.2}
+bridge_socket=${SKB_BRIDGE_SOCKET:-/run/slurm-k8s-bridge/bridge.sock}
+export SLURM_CONF="$conf"
+
+write_slurm_conf() {
+    mkdir -p "$(dirname "$conf")" /var/spool/slurmctld /var/log/slurm /run/slurm
+    /usr/local/bin/slurm-k8s-bridge check-config "$config" >&2
+    {
+        cat "$head"
+        echo
+        /usr/local/bin/slurm-k8s-bridge render-slurm-conf --config "$config" \
+            --hooks-dir "$plugins" --suspend-time "${SKB_SUSPEND_TIME:-300}" \
+            --suspend-timeout "${SKB_SUSPEND_TIMEOUT:-30}" \
+            --resume-timeout "${SKB_RESUME_TIMEOUT:-300}"
+    } >"$conf.tmp"
+    mv "$conf.tmp" "$conf"
+}
+
+wait_for() {
+    i=0
+    until [ -S "$1" ]; do
+        i=$((i + 1))
+        if [ $i -ge 120 ]; then echo "entrypoint: no socket at $1" >&2; exit 1; fi
+        sleep 0.5
+    done
+}
+
+key_src=${MUNGE_KEY_FILE:-/etc/munge-secret/munge.key}
+prepare_munge() {
+    install -d -o munge -g munge -m 0700 /etc/munge /var/lib/munge /var/log/munge
+    install -d -o munge -g munge -m 0755 "$(dirname "$munge_socket")"
+    # munged refuses a key that it does not own with mode 0400; a mounted Secret is root's.
+    install -o munge -g munge -m 0400 "$key_src" /etc/munge/munge.key
+}
+munged_cmd="/usr/sbin/munged --foreground --force --socket=$munge_socket --key-file=/etc/munge/munge.key"
+
+case $role in
+munged)
+    prepare_munge
+    # shellcheck disable=SC2086  # a word list on purpose
+    exec runuser -u munge -- $munged_cmd
+    ;;
+slurmctld)
+    write_slurm_conf
+    wait_for "$munge_socket"
+    wait_for "$bridge_socket"
+    echo "entrypoint: slurmctld with $conf" >&2
+    exec /usr/sbin/slurmctld -D -i -f "$conf" "$@"
+    ;;
+bridge)
+    mkdir -p "$(dirname "$bridge_socket")"
+    exec /usr/local/bin/slurm-k8s-bridge serve --config "$config" "$@"
+    ;;
+all)
+    prepare_munge
+    # shellcheck disable=SC2086
+    runuser -u munge -- $munged_cmd &
+    mkdir -p "$(dirname "$bridge_socket")"
+    /usr/local/bin/slurm-k8s-bridge serve --config "$config" &
+    bridge_pid=$!
+    write_slurm_conf
+    wait_for "$munge_socket"
+    wait_for "$bridge_socket"
+    # Stop the background daemons with us: compose sends SIGTERM to this shell only.
+    trap 'kill $bridge_pid 2>/dev/null; kill $slurmctld_pid 2>/dev/null' TERM INT
+    /usr/sbin/slurmctld -D -i -f "$conf" "$@" &
+    slurmctld_pid=$!
+    wait $slurmctld_pid
+    ;;
+*)
+    exec "$role" "$@"
+    ;;
+esac
