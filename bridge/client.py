@@ -67,7 +67,7 @@ _CHANNEL_OPTIONS = (
 )
 
 
-class BridgeUnreachable(TransientBackendError):  # noqa: N818 (named like errors.py's classes)
+class BridgeUnreachable(TransientBackendError):
     """The bridge itself could not be reached within the deadline (no socket, refused, hung).
 
     The message is short enough for a Slurm reason; ``details`` keeps grpc's full text.

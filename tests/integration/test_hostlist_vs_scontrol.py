@@ -123,7 +123,7 @@ def cheap(expression: str) -> bool:
 
 
 def test_expand_agrees_with_scontrol_show_hostnames(scontrol_env: dict[str, str]) -> None:
-    rng = random.Random(SEED)  # noqa: S311 (reproducible test data, not secrets)
+    rng = random.Random(SEED)
     expressions = [e for e in (expression(rng) for _ in range(CASES)) if cheap(e)]
     fixed = ["", " ", "a[1-3", "[1-3", "a[+1-3]", "a[1z-3]", "a[0-65535]", "a[0-65536]"]
     rejected = 0
@@ -136,7 +136,7 @@ def test_expand_agrees_with_scontrol_show_hostnames(scontrol_env: dict[str, str]
 
 
 def test_compress_agrees_with_scontrol_show_hostlistsorted(scontrol_env: dict[str, str]) -> None:
-    rng = random.Random(SEED + 1)  # noqa: S311 (reproducible test data, not secrets)
+    rng = random.Random(SEED + 1)
     pool: list[str] = []
     while len(pool) < 3000:
         pool.extend(ours(token(rng)) or [])

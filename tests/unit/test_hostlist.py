@@ -153,7 +153,7 @@ PREFIXES = ["n", "gpu-", "rack1-node", "rack10-node", "r2n", "cpu_", "x.y"]
 
 
 def seeded(seed: int) -> random.Random:
-    return random.Random(seed)  # noqa: S311 (reproducible test data, not secrets)
+    return random.Random(seed)
 
 
 def random_names(rng: random.Random, mixed_padding: bool) -> list[str]:

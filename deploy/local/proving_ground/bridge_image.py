@@ -1,0 +1,171 @@
+"""The bridge's own image, ``localhost/slurm-k8s-bridge/bridge:dev``: slurmctld, munge, Slurm's
+clients, Python 3.11 and this package, for the in-cluster and compose deployments.
+
+No network inside the image build: the host builds wheels of the package and its dependencies
+(PyPI is reachable from the host), and bookworm's own pip installs them offline in a chroot, so
+the console script's shebang and the site directory are the image's (``/usr/bin/python3``,
+``/usr/local/lib/python3.11/dist-packages``). Rebuilt only when the recipe, the package or the
+hooks change; the archive is cached next to the other images and serves containerd and podman.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .images import DEBIAN_MIRROR, ImageRecipe, _layer_from_tree, _packages, _write_docker_archive
+from .layout import Layout, repo_root
+from .processes import ProvingGroundError, run
+
+log = logging.getLogger(__name__)
+
+BRIDGE_IMAGE = "localhost/slurm-k8s-bridge/bridge"
+BRIDGE_IMAGE_DEV = f"{BRIDGE_IMAGE}:dev"
+#: Where the hooks live in the image; slurm.conf's ResumeProgram and friends point here.
+PLUGINS_IN_IMAGE = "opt/slurm-k8s-bridge/slurm_plugins"
+#: Machine-local files that must not reach the image (nor change its digest).
+_LOCAL_ONLY = {"hooks.env"}
+
+
+def _recipe_dir() -> Path:
+    return repo_root() / "deploy" / "images" / "bridge"
+
+
+def _package_files(root: Path) -> list[Path]:
+    files = [root / "pyproject.toml"]
+    files += sorted(p for p in (root / "bridge").rglob("*") if p.is_file() and _source(p))
+    files += sorted(
+        p for p in (root / "slurm_plugins").iterdir() if p.is_file() and p.name not in _LOCAL_ONLY
+    )
+    return files
+
+
+def _source(path: Path) -> bool:
+    return "__pycache__" not in path.parts and path.suffix in {".py", ".pyi", ".typed"}
+
+
+def bridge_recipe() -> ImageRecipe:
+    """Packages, entrypoint, hooks settings, and every file that goes into the wheel."""
+    recipe_dir = _recipe_dir()
+    own = tuple(recipe_dir / name for name in ("packages.txt", "entrypoint.sh", "hooks.env"))
+    return ImageRecipe(BRIDGE_IMAGE, (*own, *_package_files(repo_root())), "bookworm")
+
+
+def archive_path(layout: Layout, recipe: ImageRecipe | None = None) -> Path:
+    """The cached docker-archive of the bridge image (it may not exist yet)."""
+    recipe = recipe or bridge_recipe()
+    return layout.images / f"bridge-{recipe.digest()}.tar"
+
+
+def _build_wheels(out: Path, scratch: Path) -> None:
+    """Wheels of the package and all its dependencies, built on the host (which has PyPI)."""
+    source = scratch / "source"
+    source.mkdir()
+    root = repo_root()
+    # A copy, so that setuptools' build/ and egg-info never land in the checkout.
+    shutil.copy(root / "pyproject.toml", source)
+    if (root / "README.md").exists():
+        shutil.copy(root / "README.md", source)
+    shutil.copytree(root / "bridge", source / "bridge",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(out), str(source)],
+        timeout_s=900)
+
+
+def _install_offline(root: Path, wheels: Path) -> None:
+    inside = root / "tmp" / "wheels"
+    shutil.copytree(wheels, inside)
+    try:
+        run(["chroot", str(root), "/usr/bin/python3", "-m", "pip", "install", "--no-index",
+             "--find-links", "/tmp/wheels", "--no-cache-dir", "--break-system-packages",
+             "--root-user-action=ignore", "--disable-pip-version-check", "slurm-k8s-bridge"],
+            timeout_s=600)
+    finally:
+        shutil.rmtree(inside, ignore_errors=True)
+    if not (root / "usr/local/bin/slurm-k8s-bridge").exists():
+        raise ProvingGroundError("pip left no /usr/local/bin/slurm-k8s-bridge in the image")
+
+
+def _copy_plugins(root: Path) -> None:
+    target = root / PLUGINS_IN_IMAGE
+    target.mkdir(parents=True)
+    for path in (repo_root() / "slurm_plugins").iterdir():
+        if path.is_file() and path.name not in _LOCAL_ONLY:
+            shutil.copy2(path, target / path.name)
+    shutil.copy(_recipe_dir() / "hooks.env", target / "hooks.env")
+
+
+def _build_bridge_archive(layout: Layout, recipe: ImageRecipe, out: Path) -> None:
+    with tempfile.TemporaryDirectory(prefix="skb-bridge-", dir=layout.images) as tmp:
+        scratch = Path(tmp)
+        wheels = scratch / "wheels"
+        log.info("building wheels of the bridge and its dependencies")
+        _build_wheels(wheels, scratch)
+        root = scratch / "root"
+        packages = ",".join(_packages(_recipe_dir() / "packages.txt"))
+        log.info("debootstrap bookworm with %s (about a minute)", packages)
+        started = time.monotonic()
+        run(["debootstrap", "--variant=minbase", f"--include={packages}", "bookworm", str(root),
+             DEBIAN_MIRROR], timeout_s=1200)
+        log.info("debootstrap done in %.0fs", time.monotonic() - started)
+        _install_offline(root, wheels)
+        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            shutil.rmtree(root / junk, ignore_errors=True)
+        for directory in ("var/spool/slurmctld", "var/log/slurm", "run/slurm-k8s-bridge",
+                          "etc/slurm-k8s-bridge"):
+            (root / directory).mkdir(parents=True, exist_ok=True)
+        _copy_plugins(root)
+        entry = root / "usr/local/bin/skb-entrypoint"
+        shutil.copy(_recipe_dir() / "entrypoint.sh", entry)
+        entry.chmod(0o755)
+        layer = scratch / "layer.tar"
+        _layer_from_tree(root, layer)
+        config: dict[str, object] = {
+            "Entrypoint": ["/usr/local/bin/skb-entrypoint"],
+            "Cmd": ["all"],
+            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+            "Labels": {"io.slurm-k8s-bridge.recipe": recipe.digest()},
+        }
+        _write_docker_archive(layer, [recipe.reference(), BRIDGE_IMAGE_DEV], config, out)
+
+
+def ensure_bridge_archive(layout: Layout) -> tuple[str, Path]:
+    """Build the bridge image's archive unless the cache has it; return (reference, archive)."""
+    layout.images.mkdir(parents=True, exist_ok=True)
+    recipe = bridge_recipe()
+    archive = archive_path(layout, recipe)
+    if not archive.exists():
+        log.info("building image %s", recipe.reference())
+        partial = archive.with_suffix(".partial")
+        _build_bridge_archive(layout, recipe, partial)
+        partial.replace(archive)
+    return recipe.reference(), archive
+
+
+def import_bridge_image(layout: Layout, ctr: list[str]) -> str:
+    """Import the bridge image into containerd's k8s.io namespace unless it is there; returns
+    the digest-tagged reference (``:dev`` names the same image)."""
+    reference, archive = ensure_bridge_archive(layout)
+    listed = run([*ctr, "-n", "k8s.io", "images", "ls", "-q"]).stdout.split()
+    if reference not in listed or BRIDGE_IMAGE_DEV not in listed:
+        log.info("importing %s into containerd", reference)
+        result = run([*ctr, "-n", "k8s.io", "images", "import", str(archive)], check=False,
+                     timeout_s=600)
+        if result.returncode != 0:
+            raise ProvingGroundError(f"ctr import {archive} failed: {result.stderr.strip()}")
+    return reference
+
+
+def main() -> None:
+    """``python -m proving_ground.bridge_image``: build (if needed) and import into containerd."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    layout = Layout.default()
+    print(import_bridge_image(layout, ["ctr", "--address", str(layout.containerd_socket)]))
+
+
+if __name__ == "__main__":
+    main()
