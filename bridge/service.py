@@ -292,7 +292,7 @@ class BridgeService:
         rows = []
         for name in sorted(wanted, key=_natural):
             node, pod = nodes.get(name), by_pod.get(name)
-            if node is None and pod is None and name not in self.config.pools.all_nodes():
+            if node is None and pod is None and not self.config.pools.owns(name):
                 continue
             pool = self.config.pools.pool_for(name)
             rows.append(

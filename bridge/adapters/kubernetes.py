@@ -57,6 +57,8 @@ def _translate(e: Exception, what: str) -> BackendError | InvalidInput:
     if isinstance(e, ApiException):
         status = int(e.status or 0)
         detail = _api_message(e)
+        if "exceeded quota" in detail:  # ResourceQuota says no with a 403
+            return NoCapacity(f"{what}: {detail}")
         if status == 403:
             return Forbidden(f"{what}: forbidden: {detail}")
         if status == 409:
@@ -67,8 +69,6 @@ def _translate(e: Exception, what: str) -> BackendError | InvalidInput:
             return InvalidInput(f"{what}: rejected by the API server: {detail}")
         if status == 429 or status >= 500 or status == 0:
             return TransientBackendError(f"{what}: HTTP {status}: {detail}")
-        if "exceeded quota" in detail:
-            return NoCapacity(f"{what}: {detail}")
         return BackendError(f"{what}: HTTP {status}: {detail}")
     return TransientBackendError(f"{what}: {type(e).__name__}: {e}")
 

@@ -60,6 +60,10 @@ class PodView:
         return self.phase == "Running" and not self.deleting
 
 
+#: A pod on its way out for no reason Kubernetes gave (deleted by someone, or by us earlier).
+TERMINATING = PodFailure("Deleted", "the pod is being deleted")
+
+
 def _parse_time(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
@@ -110,7 +114,7 @@ def pod_view(manifest: Mapping[str, Any]) -> PodView:
     deleting = bool(metadata.get("deletionTimestamp"))
     failure = pod_failure(status)
     if deleting and failure is None:
-        failure = PodFailure("Deleted", "the pod is being deleted")
+        failure = TERMINATING
     return PodView(
         name=metadata["name"],
         node=labels.get(LABEL_NODE, metadata["name"]),

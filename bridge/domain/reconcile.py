@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from .nodes import REASON_PREFIX, SlurmNode, our_reason
-from .pods import PodView
+from .pods import TERMINATING, PodView
 from .pools import PoolSet
 
 
@@ -103,14 +103,14 @@ def plan_node(
         if pod is not None and not pod.deleting and pod_settled:
             state = "powered down" if node.is_powered_down else "powering down"
             actions.append(DeletePod(node.name, f"Slurm node is {state}"))
-        if (
-            pod is None
-            and node.is_powered_down
-            and node.is_down
-            and node.has_our_reason
-            and _older_than(node.reason_since, now, guards.failed_node_hold)
-        ):
-            actions.append(ResumeNode(node.name, f"held DOWN for {guards.failed_node_hold}"))
+        held = not _older_than(node.reason_since, now, guards.failed_node_hold)
+        if node.is_powered_down and node.has_our_reason and pod is None:
+            if node.is_down and not held:
+                actions.append(ResumeNode(node.name, f"held DOWN for {guards.failed_node_hold}"))
+            elif not node.is_down and held:
+                # power_down_force clears DOWN; hold the failed node DOWN (visible in sinfo -R,
+                # and a pause before Slurm retries it) for the rest of failed_node_hold.
+                actions.append(MarkDown(node.name, node.reason))
         return actions
     if node.is_down:
         if not node.has_our_reason:
@@ -120,6 +120,8 @@ def plan_node(
         # ResumeTimeout, or for good when it was up.
         steps = _fail(node, pod, "Down", node.reason.removeprefix(REASON_PREFIX))
         return [a for a in steps if not isinstance(a, MarkDown)]
+    if node.is_powering_up and pod is not None and pod.deleting and pod.failure == TERMINATING:
+        return []  # the previous cycle's pod is still terminating: create once it is gone
     if pod is not None and pod.failure is not None:
         return _fail(node, pod, pod.failure.reason, pod.failure.message)
     if node.is_powering_up:

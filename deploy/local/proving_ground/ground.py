@@ -246,6 +246,7 @@ def down(layout: Layout) -> None:
         for name in sorted(_netns() - before):
             run(["ip", "netns", "delete", name], check=False)
         network.remove_bridge(state)
+        slurm.remove_hosts_entries()
         shutil.rmtree(Path(MUNGE_SOCKET).parent.parent, ignore_errors=True)
         shutil.rmtree(bridge_daemon.SHARED_DIR.parent, ignore_errors=True)
         (layout.root / "slurm_plugins" / "hooks.env").unlink(missing_ok=True)

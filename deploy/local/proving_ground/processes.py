@@ -21,6 +21,10 @@ from .layout import Layout
 
 log = logging.getLogger(__name__)
 
+#: Daemons started by this process. Holding the Popen objects keeps Python from warning that a
+#: child is "still running" when they are collected; ``stop_daemon`` reaps through them.
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
 
 class ProvingGroundError(RuntimeError):
     """A step of the proving ground failed; the message says which and where to look."""
@@ -124,6 +128,7 @@ def start_daemon(
             cwd=cwd,
             start_new_session=True,  # survives our exit; our signals do not reach it
         )
+    _children[proc.pid] = proc
     state.remember(name, proc.pid, argv, log_path)
     log.info("started %s (pid %d, log %s)", name, proc.pid, log_path)
     return proc.pid
@@ -152,6 +157,11 @@ def stop_daemon(state: State, name: str, *, timeout_s: float = 20.0) -> None:
 
 
 def _reap(pid: int) -> None:
+    child = _children.get(pid)
+    if child is not None:
+        if child.poll() is not None:
+            del _children[pid]
+        return
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
 

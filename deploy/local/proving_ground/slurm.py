@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 #: ResumeTimeout shows that failures are reported by the bridge, not by Slurm's timeout.
 SUSPEND_TIME, SUSPEND_TIMEOUT, RESUME_TIMEOUT = 20, 10, 180
 SLURMD_TIMEOUT = 30
+STRAY_NODES = "stray-[0-1]"
 
 
 def slurm_env(layout: Layout) -> dict[str, str]:
@@ -57,6 +58,9 @@ def render_slurm_conf(layout: Layout) -> str:
         "MinJobAge=300",
         "InactiveLimit=0",
         f"SlurmdTimeout={SLURMD_TIMEOUT}",
+        # CLOUD nodes no bridge pool owns: the bridge must refuse them, loudly (tests use them).
+        f"NodeName={STRAY_NODES} CPUs=1 RealMemory=256 State=CLOUD",
+        f"PartitionName=stray Nodes={STRAY_NODES} MaxTime=INFINITE State=UP",
         "",
     ]
     config = load_config(str(bridge_config_path(layout)))
@@ -76,6 +80,42 @@ def render_slurm_conf(layout: Layout) -> str:
 
 def bridge_config_path(layout: Layout) -> Path:
     return layout.root / "deploy" / "local" / "bridge.yaml"
+
+
+HOSTS_FILE = Path("/etc/hosts")
+HOSTS_BEGIN = "# >>> slurm-k8s-bridge proving ground (removed by `make down`)"
+HOSTS_END = "# <<< slurm-k8s-bridge proving ground"
+
+
+def _without_our_block(text: str) -> list[str]:
+    lines, skipping = [], False
+    for line in text.splitlines():
+        if line == HOSTS_BEGIN:
+            skipping = True
+        elif line == HOSTS_END:
+            skipping = False
+        elif not skipping:
+            lines.append(line)
+    return lines
+
+
+def ensure_hosts_entries(names: list[str]) -> None:
+    """Make CLOUD node names resolvable.
+
+    Until a slurmd registers (cloud_reg_addrs), slurmctld addresses a node by its name; an
+    unresolvable name costs ~5 s of retries *per message* and stalls slurmctld's RPC threads
+    (sbatch then times out). Loopback answers at once with "connection refused". A site needs
+    the same: DNS or hosts entries for its cloud node names.
+    """
+    lines = _without_our_block(HOSTS_FILE.read_text())
+    block = [HOSTS_BEGIN, *(f"127.0.0.1 {name}" for name in names), HOSTS_END]
+    HOSTS_FILE.write_text("\n".join([*lines, *block]) + "\n")
+
+
+def remove_hosts_entries() -> None:
+    text = HOSTS_FILE.read_text()
+    if HOSTS_BEGIN in text:
+        HOSTS_FILE.write_text("\n".join(_without_our_block(text)) + "\n")
 
 
 def ensure_munge_key(layout: Layout) -> None:
@@ -113,6 +153,11 @@ def start_slurm(layout: Layout, state: State) -> None:
         log_path=layout.logs / "munged.log",
     )
     (layout.slurm / "state").mkdir(parents=True, exist_ok=True)
+    from bridge.config import load_config
+    from bridge.domain.hostlist import expand
+
+    pools = load_config(str(bridge_config_path(layout))).pools
+    ensure_hosts_entries([*pools.all_nodes(), *expand(STRAY_NODES)])
     text = render_slurm_conf(layout)
     if layout.slurm_conf.exists() and layout.slurm_conf.read_text() != text:
         # Power saving and node lines are read at start-up: restart rather than reconfigure.

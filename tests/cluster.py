@@ -1,0 +1,120 @@
+"""Small helpers the integration and e2e tests share: waiting, reading Slurm and pods."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from tests.conftest import ProvingGround
+
+T = TypeVar("T")
+NAMESPACE = "slurm"
+HOOKS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "slurm_plugins")
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: float = 0.2) -> T:
+    """Poll ``probe`` until it returns something truthy; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def node(pg: ProvingGround, name: str) -> dict[str, str]:
+    """``scontrol show node`` as key → value (State, Reason, NodeAddr ...)."""
+    out = pg.slurm("scontrol", "show", "node", "-o", name)
+    fields: dict[str, str] = {}
+    reason_at = out.find("Reason=")
+    head = out[:reason_at] if reason_at >= 0 else out
+    for part in head.split():
+        if "=" in part:
+            key, value = part.split("=", 1)
+            fields[key] = value
+    if reason_at >= 0:
+        fields["Reason"] = out[reason_at + len("Reason=") :].strip()
+    return fields
+
+
+def pods(pg: ProvingGround, selector: str = "app.kubernetes.io/managed-by=slurm-k8s-bridge") -> dict[str, Any]:
+    """Our pods by name (full JSON)."""
+    out = pg.kubectl("-n", NAMESPACE, "get", "pods", "-l", selector, "-o", "json")
+    return {p["metadata"]["name"]: p for p in json.loads(out)["items"]}
+
+
+def run_hook(pg: ProvingGround, hook: str, hostlist: str, resume_file: str | None = None) -> int:
+    """Run a hook the way slurmctld does: no PATH, fd 2 closed, SLURM_CONF set."""
+    env = {"PWD": "/", "SHLVL": "1", "SLURM_CONF": str(pg.layout.slurm_conf)}
+    if resume_file is not None:
+        env["SLURM_RESUME_FILE"] = resume_file
+    return subprocess.run(
+        [os.path.join(HOOKS, hook), hostlist], env=env, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30, check=False,
+    ).returncode
+
+
+def submit(pg: ProvingGround, *args: str) -> int:
+    out = pg.slurm("sbatch", "--parsable", *args)
+    return int(out.strip().split(";")[0])
+
+
+def job_state(pg: ProvingGround, job: int) -> str:
+    out = pg.slurm("scontrol", "show", "job", "-o", str(job), check=False)
+    for part in out.split():
+        if part.startswith("JobState="):
+            return part.split("=", 1)[1]
+    return ""
+
+
+def reset_nodes(pg: ProvingGround, hostlist: str) -> None:
+    """Back to ``idle~``: cancel their jobs, power down, clear DOWN; then wait for no pods."""
+    pg.slurm("scancel", "--nodelist", hostlist, check=False)
+    pg.slurm("scontrol", "update", f"nodename={hostlist}", "state=power_down_force", check=False)
+    pg.slurm("scontrol", "update", f"nodename={hostlist}", "state=resume", check=False)
+
+
+def bridge_pid(pg: ProvingGround) -> int | None:
+    from proving_ground.processes import State
+
+    return State(pg.layout).running("bridge")
+
+
+def kill_bridge(pg: ProvingGround, sig: int = signal.SIGKILL) -> None:
+    pid = bridge_pid(pg)
+    assert pid is not None, "the bridge is not running"
+    os.kill(pid, sig)
+
+
+def restart_bridge(pg: ProvingGround) -> int:
+    from proving_ground.bridge_daemon import start_bridge
+    from proving_ground.processes import State
+
+    state = State(pg.layout)
+    pid = state.running("bridge")
+    if pid is not None:
+        os.kill(pid, signal.SIGKILL)
+        wait_for("bridge to die", lambda: state.running("bridge") is None, 10)
+    return start_bridge(pg.layout, state)
+
+
+def wait_idle_powered_down(pg: ProvingGround, hostlist: str, timeout: float = 60) -> None:
+    """Wait until every node of ``hostlist`` is ``idle~`` (clearing our DOWN) with no pod."""
+
+    def settled() -> bool:
+        out = pg.slurm("sinfo", "-h", "-N", "-n", hostlist, "-o", "%N %T")
+        states = dict(line.split() for line in out.splitlines() if line.strip())
+        for name, state in states.items():
+            if state in ("down~", "drained~"):
+                pg.slurm("scontrol", "update", f"nodename={name}", "state=resume", check=False)
+        ours = pods(pg)
+        return all(s == "idle~" for s in states.values()) and not any(n in ours for n in states)
+
+    wait_for(f"{hostlist} idle~ without pods", lambda: settled() or None, timeout, every=1)

@@ -1,0 +1,239 @@
+"""The bridge against the proving ground's real slurmctld 22.05 and real kube-apiserver.
+
+Simulated (kwok) pods: these tests are about the bridge's decisions and timing, not slurmd.
+Nodes: the ``sim`` pool (kwok) and the ``stray`` partition (Slurm nodes no pool owns).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.cluster import (
+    job_state,
+    kill_bridge,
+    node,
+    pods,
+    reset_nodes,
+    restart_bridge,
+    run_hook,
+    submit,
+    wait_for,
+    wait_idle_powered_down,
+)
+from tests.conftest import ProvingGround
+
+pytestmark = pytest.mark.integration
+
+
+def _pods_for(pg: ProvingGround, names: list[str]) -> dict[str, dict[str, object]]:
+    found = pods(pg)
+    return {n: found[n] for n in names if n in found}
+
+
+@pytest.fixture
+def clean(proving_ground: ProvingGround):  # type: ignore[no-untyped-def]
+    """Nodes a test used go back to idle~ with no pod."""
+    used: list[str] = []
+    yield used
+    for hostlist in used:
+        reset_nodes(proving_ground, hostlist)
+    for hostlist in used:
+        wait_idle_powered_down(proving_ground, hostlist)
+
+
+def test_sbatch_creates_one_labelled_pod_per_node(proving_ground: ProvingGround, clean: list[str]) -> None:
+    pg = proving_ground
+    names = ["sim-10", "sim-11", "sim-12"]
+    clean.append("sim-[10-12]")
+    submitted = time.monotonic()
+    job = submit(pg, "-p", "sim", "-N3", "-w", "sim-[10-12]", "--wrap", "true")
+    found = wait_for("three pods", lambda: len(_pods_for(pg, names)) == 3 or None, 30)
+    latency = time.monotonic() - submitted
+    for name in names:
+        labels = _pods_for(pg, names)[name]["metadata"]["labels"]  # type: ignore[index]
+        assert labels["slurm-k8s-bridge.io/pool"] == "sim"
+        assert labels["slurm-k8s-bridge.io/node"] == name
+    assert "POWERING_UP" in node(pg, "sim-10")["State"]
+    print(f"sbatch -> 3 pods: {latency:.2f}s (includes Slurm's power_save_interval=5)")
+    assert job_state(pg, job) in ("CONFIGURING", "PENDING", "RUNNING")
+    del found
+
+
+def test_hook_call_to_pods_within_one_second_and_repeat_is_idempotent(
+    proving_ground: ProvingGround, clean: list[str]
+) -> None:
+    pg = proving_ground
+    names = ["sim-20", "sim-21", "sim-22"]
+    clean.append("sim-[20-22]")
+    started = time.monotonic()
+    assert run_hook(pg, "resume", "sim-[20-22]") == 0
+    wait_for("three pods", lambda: len(_pods_for(pg, names)) == 3 or None, 10, every=0.02)
+    elapsed = time.monotonic() - started
+    print(f"resume hook call -> 3 pods exist: {elapsed * 1000:.0f} ms")
+    assert elapsed < 3.0, "generous bound; the target is 1 s"
+    uids = {n: p["metadata"]["uid"] for n, p in _pods_for(pg, names).items()}  # type: ignore[index]
+    assert run_hook(pg, "resume", "sim-[20-22]") == 0
+    again = {n: p["metadata"]["uid"] for n, p in _pods_for(pg, names).items()}  # type: ignore[index]
+    assert again == uids, "a repeated resume must not replace or add pods"
+    assert len([p for p in pods(pg) if p.startswith("sim-2")]) == 3
+
+
+def test_suspend_deletes_the_pods(proving_ground: ProvingGround, clean: list[str]) -> None:
+    pg = proving_ground
+    clean.append("sim-[23-24]")
+    assert run_hook(pg, "resume", "sim-[23-24]") == 0
+    wait_for("pods", lambda: len(_pods_for(pg, ["sim-23", "sim-24"])) == 2 or None, 10)
+    assert run_hook(pg, "suspend", "sim-[23-24]") == 0
+    wait_for("pods gone", lambda: not _pods_for(pg, ["sim-23", "sim-24"]) or None, 30)
+
+
+def test_reconciler_deletes_a_pod_whose_node_is_powered_down(
+    proving_ground: ProvingGround, clean: list[str]
+) -> None:
+    pg = proving_ground
+    clean.append("sim-30")
+    # A resume Slurm never asked for: Slurm keeps the node powered down (idle~).
+    assert run_hook(pg, "resume", "sim-30") == 0
+    created = time.monotonic()
+    wait_for("pod", lambda: _pods_for(pg, ["sim-30"]) or None, 10)
+    assert "POWERED_DOWN" in node(pg, "sim-30")["State"]
+    wait_for("orphan pod deleted", lambda: not _pods_for(pg, ["sim-30"]) or None, 60, every=0.5)
+    age = time.monotonic() - created
+    # pod_age_guard_s is 10 in deploy/local/bridge.yaml: never before it.
+    assert age >= 9.5, f"deleted after {age:.1f}s, before the age guard"
+    print(f"powered-down node's pod deleted after {age:.1f}s (guard 10 s + reconcile interval)")
+
+
+def test_unknown_node_is_set_down_naming_it_and_the_rest_proceed(
+    proving_ground: ProvingGround, clean: list[str]
+) -> None:
+    pg = proving_ground
+    clean.extend(["sim-[40-41]", "stray-0"])
+    run_hook(pg, "resume", "sim-[40-41],stray-0")
+    wait_for("sim pods", lambda: len(_pods_for(pg, ["sim-40", "sim-41"])) == 2 or None, 10)
+    stray = wait_for("stray-0 DOWN", lambda: (n := node(pg, "stray-0"))["State"].startswith("DOWN") and n or None, 10)
+    assert stray["Reason"].startswith("k8s: UnknownNode:")
+    assert "stray-0" in stray["Reason"]
+    assert "stray-0" not in pods(pg)
+
+
+def test_bridge_killed_right_after_accepting_a_resume(
+    proving_ground: ProvingGround, clean: list[str]
+) -> None:
+    pg = proving_ground
+    names = [f"sim-{i}" for i in range(50, 56)]
+    clean.append("sim-[50-55]")
+    job = submit(pg, "-p", "sim", "-N6", "-w", "sim-[50-55]", "--wrap", "true")
+    # Kill as soon as the first pod shows up: the bridge is mid-way through the batch.
+    wait_for("first pod", lambda: _pods_for(pg, names) or None, 30, every=0.01)
+    kill_bridge(pg, signal.SIGKILL)
+    restart_bridge(pg)
+    found = wait_for("all six pods", lambda: len(_pods_for(pg, names)) == 6 and _pods_for(pg, names) or None, 30)
+    assert sorted(found) == names
+    assert len([p for p in pods(pg) if p in names]) == 6, "no node has two pods"
+    assert job_state(pg, job) != "FAILED"
+
+
+def test_bridge_killed_mid_resume_is_recovered_from_powering_up_without_a_new_call(
+    proving_ground: ProvingGround, clean: list[str]
+) -> None:
+    """The bridge accepted a Resume, then died before answering: the hook cannot know whether
+    pods are coming, so it leaves the nodes POWERING_UP; the restarted bridge's reconciler
+    creates the pods from that state. Kubernetes is frozen (SIGSTOP) to hold the bridge mid-call.
+    """
+    from proving_ground.processes import State
+
+    pg = proving_ground
+    names = ["sim-60", "sim-61"]
+    clean.append("sim-[60-61]")
+    apiserver = State(pg.layout).running("kube-apiserver")
+    assert apiserver is not None
+    os.kill(apiserver, signal.SIGSTOP)
+    try:
+        submit(pg, "-p", "sim", "-N2", "-w", "sim-[60-61]", "--wrap", "true")
+        wait_for(
+            "the hook to give up waiting for an answer",
+            lambda: "hostlist=sim-[60-61] result=BridgeNoAnswer" in _hooks_log(pg) or None,
+            40,
+        )
+        state = node(pg, "sim-60")["State"]
+        assert "POWERING_UP" in state and not state.startswith("DOWN"), state
+        kill_bridge(pg, signal.SIGKILL)
+    finally:
+        os.kill(apiserver, signal.SIGCONT)
+    calls_before = _hooks_log(pg).count("hostlist=sim-[60-61]")
+    restart_bridge(pg)
+    wait_for("pods from POWERING_UP", lambda: len(_pods_for(pg, names)) == 2 or None, 30)
+    assert _hooks_log(pg).count("hostlist=sim-[60-61]") == calls_before, "no new hook call"
+    assert not node(pg, "sim-60")["State"].startswith("DOWN")
+
+
+def _hooks_log(pg: ProvingGround) -> str:
+    path = pg.layout.logs / "hooks.log"
+    return path.read_text() if path.exists() else ""
+
+
+def test_bridge_unreachable_sets_nodes_down_so_jobs_requeue(
+    proving_ground: ProvingGround, clean: list[str]
+) -> None:
+    pg = proving_ground
+    clean.append("sim-62")
+    kill_bridge(pg, signal.SIGKILL)
+    try:
+        job = submit(pg, "-p", "sim", "-N1", "-w", "sim-62", "--wrap", "true")
+        down = wait_for(
+            "sim-62 DOWN", lambda: (n := node(pg, "sim-62"))["State"].startswith("DOWN") and n or None, 40
+        )
+        assert down["Reason"].startswith("k8s: BridgeUnreachable:")
+        wait_for("job requeued", lambda: job_state(pg, job) == "PENDING" or None, 20)
+    finally:
+        restart_bridge(pg)
+
+
+@pytest.mark.parametrize(
+    ("pool", "nodes", "reason_kind"),
+    [
+        # Asks for more CPU than any node has: the scheduler says Unschedulable.
+        ("huge", "huge-0", "k8s: Unschedulable:"),
+        # The image is not in containerd and pulling is not allowed: the kubelet says no.
+        ("broken", "broken-0", "k8s: ErrImageNeverPull:"),
+    ],
+)
+def test_pod_that_cannot_run_fails_fast_with_the_kubernetes_reason(
+    proving_ground: ProvingGround, clean: list[str], pool: str, nodes: str, reason_kind: str
+) -> None:
+    pg = proving_ground
+    clean.append(nodes)
+    submitted = time.monotonic()
+    job = submit(pg, "-p", pool, "-N1", "-w", nodes, "--wrap", "true")
+    down = wait_for(
+        f"{nodes} DOWN with a k8s reason",
+        lambda: (n := node(pg, nodes))["State"].startswith("DOWN") and n or None,
+        60,
+    )
+    elapsed = time.monotonic() - submitted
+    print(f"{pool}: sbatch -> node DOWN with {down['Reason']!r} in {elapsed:.1f}s")
+    assert down["Reason"].startswith(reason_kind), down["Reason"]
+    assert elapsed < 30, "fail fast: well before ResumeTimeout (180 s here)"
+    wait_for("job requeued", lambda: job_state(pg, job) == "PENDING" or None, 20)
+    wait_for("pod removed", lambda: nodes not in pods(pg) or None, 30)
+
+
+def test_status_lists_slurm_and_pod_side_by_side(proving_ground: ProvingGround, clean: list[str]) -> None:
+    pg = proving_ground
+    clean.append("sim-63")
+    assert run_hook(pg, "resume", "sim-63") == 0
+    wait_for("pod", lambda: _pods_for(pg, ["sim-63"]) or None, 10)
+    out = subprocess.run(
+        [str(pg.layout.root / ".venv" / "bin" / "slurm-k8s-bridge"), "status", "sim-[62-63]", "--all"],
+        capture_output=True, text=True, timeout=20, check=True,
+    ).stdout
+    lines = out.splitlines()
+    assert lines[0].split()[:4] == ["NODE", "POOL", "SLURM", "POD"]
+    row = next(line for line in lines if line.startswith("sim-63"))
+    assert row.split()[1] == "sim" and row.split()[2] == "idle~"

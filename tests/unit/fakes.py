@@ -1,0 +1,158 @@
+"""In-memory fakes of the service's two ports (``SlurmPort``, ``PodPort``).
+
+They keep just enough state for a reconcile pass to see the effect of the previous one, and a
+shared ``journal`` so tests can check the order of calls across both sides. State changes follow
+what real slurmctld did in the recordings under ``tests/data/slurm`` (see ``record.py``):
+
+- ``down``: base state DOWN with the reason (power flags kept: ``down#``, ``down~``);
+- ``power_down_force``: the node ends ``idle~`` (IDLE + POWERED_DOWN) with its reason kept;
+  slurmctld clears DOWN on the way (``down#`` → ``idle~`` in both 22.05 and 24.11);
+- ``resume``: a DOWN node becomes IDLE with no reason (``down~`` → ``idle~``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from bridge.domain.nodes import SlurmNode
+from bridge.domain.pods import PodFailure, PodView, pod_view
+from bridge.errors import BackendError, InvalidInput
+
+_POWER_FLAGS = frozenset({"POWERING_UP", "POWERING_DOWN", "POWER_DOWN", "NOT_RESPONDING"})
+
+
+@dataclass(frozen=True)
+class Update:
+    """One ``update_nodes`` call as the service made it."""
+
+    nodes: tuple[str, ...]
+    state: str
+    reason: str | None = None
+
+
+class FakeSlurm:
+    """Slurm's node table; ``update_nodes`` records the call and applies simple transitions."""
+
+    def __init__(
+        self,
+        nodes: Iterable[SlurmNode] = (),
+        *,
+        now: datetime,
+        journal: list[str] | None = None,
+    ) -> None:
+        self.nodes: dict[str, SlurmNode] = {n.name: n for n in nodes}
+        self.now = now
+        self.updates: list[Update] = []
+        self.journal = journal if journal is not None else []
+        #: Raised (once) by the next ``update_nodes`` call, after it was recorded.
+        self.fail_next: BackendError | InvalidInput | None = None
+
+    def list_nodes(self) -> list[SlurmNode]:
+        return list(self.nodes.values())
+
+    def update_nodes(self, names: Sequence[str], *, state: str, reason: str | None = None) -> None:
+        self.updates.append(Update(tuple(names), state, reason))
+        self.journal.append(f"slurm {state} {','.join(names)}")
+        if self.fail_next is not None:
+            error, self.fail_next = self.fail_next, None
+            raise error
+        for name in names:
+            node = self.nodes.get(name)
+            if node is not None:  # Slurm may know nodes no pool owns; those we do not model
+                self.nodes[name] = self._apply(node, state, reason)
+
+    def _apply(self, node: SlurmNode, state: str, reason: str | None) -> SlurmNode:
+        if state == "down":
+            return dataclasses.replace(
+                node, state="DOWN", reason=reason or "", reason_since=self.now
+            )
+        if state == "power_down_force":
+            flags = (node.flags - _POWER_FLAGS) | {"POWERED_DOWN"}
+            return dataclasses.replace(node, state="IDLE", flags=flags)
+        if state == "resume" and node.is_down:
+            return dataclasses.replace(node, state="IDLE", reason="", reason_since=None)
+        return node
+
+
+class FakePods:
+    """The bridge's pods by node name; errors can be injected per node for create and delete."""
+
+    def __init__(self, *, now: datetime, journal: list[str] | None = None) -> None:
+        self.pods: dict[str, PodView] = {}
+        self.manifests: dict[str, Mapping[str, Any]] = {}
+        self.now = now
+        self.journal = journal if journal is not None else []
+        self.create_errors: dict[str, BackendError | InvalidInput] = {}
+        self.delete_errors: dict[str, BackendError | InvalidInput] = {}
+        #: Every create and delete asked for, in order, whatever its outcome.
+        self.create_calls: list[str] = []
+        self.delete_calls: list[str] = []
+
+    def add(
+        self,
+        node: str,
+        *,
+        pool: str = "cpu",
+        phase: str = "Running",
+        created_at: datetime | None = None,
+        failure: PodFailure | None = None,
+        deleting: bool = False,
+        ip: str = "10.0.0.1",
+    ) -> PodView:
+        """Put a pod in place directly (what a previous bridge run left behind)."""
+        pod = PodView(
+            name=node,
+            node=node,
+            pool=pool,
+            phase=phase,
+            ip=ip,
+            created_at=created_at or self.now,
+            deleting=deleting,
+            failure=failure,
+        )
+        self.pods[node] = pod
+        return pod
+
+    def list_pods(self) -> tuple[list[PodView], str]:
+        return list(self.pods.values()), "1"
+
+    def create_pods(
+        self, manifests: Sequence[Mapping[str, Any]]
+    ) -> dict[str, bool | BackendError | InvalidInput]:
+        results: dict[str, bool | BackendError | InvalidInput] = {}
+        for manifest in manifests:
+            name = str(manifest["metadata"]["name"])
+            self.create_calls.append(name)
+            self.journal.append(f"create {name}")
+            if name in self.create_errors:
+                results[name] = self.create_errors[name]
+            elif name in self.pods:
+                results[name] = False
+            else:
+                stored = {
+                    **manifest,
+                    "metadata": {
+                        **manifest["metadata"],
+                        "creationTimestamp": self.now.isoformat(),
+                    },
+                    "status": {"phase": "Pending"},
+                }
+                self.manifests[name] = stored
+                self.pods[name] = pod_view(stored)
+                results[name] = True
+        return results
+
+    def delete_pods(self, names: Sequence[str]) -> dict[str, bool | BackendError | InvalidInput]:
+        results: dict[str, bool | BackendError | InvalidInput] = {}
+        for name in names:
+            self.delete_calls.append(name)
+            self.journal.append(f"delete {name}")
+            if name in self.delete_errors:
+                results[name] = self.delete_errors[name]
+            else:
+                results[name] = self.pods.pop(name, None) is not None
+        return results

@@ -1,0 +1,246 @@
+"""``pod_view`` and ``pod_failure`` over pod JSON as the API server sends it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from bridge.domain.pods import (
+    LABEL_NODE,
+    LABEL_POOL,
+    PodFailure,
+    PodView,
+    pod_failure,
+    pod_view,
+)
+
+CREATED = "2026-12-02T11:58:00Z"
+
+
+def manifest(status: dict[str, Any], *, deleting: bool = False, **metadata: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": "cpu-0",
+        "namespace": "slurm",
+        "creationTimestamp": CREATED,
+        "labels": {LABEL_NODE: "cpu-0", LABEL_POOL: "cpu"},
+        **metadata,
+    }
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-02T12:00:00Z"
+    return {"metadata": meta, "spec": {"nodeName": "worker-1"}, "status": status}
+
+
+def waiting(reason: str, message: str = "") -> dict[str, Any]:
+    state: dict[str, Any] = {"waiting": {"reason": reason}}
+    if message:
+        state["waiting"]["message"] = message
+    return {"name": "slurmd", "ready": False, "state": state}
+
+
+def terminated(reason: str, code: int) -> dict[str, Any]:
+    return {"name": "slurmd", "state": {"terminated": {"reason": reason, "exitCode": code}}}
+
+
+SCHEDULED = {"type": "PodScheduled", "status": "True"}
+UNSCHEDULABLE = {
+    "type": "PodScheduled",
+    "status": "False",
+    "reason": "Unschedulable",
+    "message": "0/3 nodes are available: 3 Insufficient cpu.",
+}
+
+
+@pytest.mark.parametrize(
+    ("status", "failure"),
+    [
+        pytest.param({}, None, id="no-status-yet"),
+        pytest.param({"phase": "Pending"}, None, id="pending"),
+        pytest.param(
+            {
+                "phase": "Pending",
+                "conditions": [SCHEDULED],
+                "containerStatuses": [waiting("ContainerCreating")],
+            },
+            None,
+            id="pending-container-creating",
+        ),
+        pytest.param(
+            {
+                "phase": "Running",
+                "podIP": "10.1.0.5",
+                "conditions": [SCHEDULED],
+                "containerStatuses": [{"name": "slurmd", "state": {"running": {}}}],
+            },
+            None,
+            id="running",
+        ),
+        pytest.param(
+            {"phase": "Pending", "conditions": [UNSCHEDULABLE]},
+            PodFailure("Unschedulable", "0/3 nodes are available: 3 Insufficient cpu."),
+            id="unschedulable",
+        ),
+        pytest.param(
+            {"phase": "Pending", "conditions": [{**UNSCHEDULABLE, "message": ""}]},
+            PodFailure("Unschedulable", "no node fits"),
+            id="unschedulable-no-message",
+        ),
+        pytest.param(
+            {"phase": "Pending", "conditions": [{**UNSCHEDULABLE, "reason": "SchedulerError"}]},
+            None,
+            id="not-scheduled-other-reason",
+        ),
+        pytest.param(
+            {
+                "phase": "Pending",
+                "containerStatuses": [waiting("ErrImagePull", "pull access denied")],
+            },
+            PodFailure("ErrImagePull", "pull access denied"),
+            id="err-image-pull",
+        ),
+        pytest.param(
+            {"phase": "Pending", "containerStatuses": [waiting("ImagePullBackOff")]},
+            PodFailure("ImagePullBackOff", "ImagePullBackOff"),
+            id="image-pull-backoff-no-message",
+        ),
+        pytest.param(
+            {
+                "phase": "Pending",
+                "containerStatuses": [
+                    waiting("CreateContainerConfigError", 'secret "k" not found')
+                ],
+            },
+            PodFailure("CreateContainerConfigError", 'secret "k" not found'),
+            id="missing-secret",
+        ),
+        pytest.param(
+            {
+                "phase": "Pending",
+                "initContainerStatuses": [waiting("ErrImagePull", "no such image")],
+                "containerStatuses": [waiting("PodInitializing")],
+            },
+            PodFailure("ErrImagePull", "no such image"),
+            id="init-container-image-pull",
+        ),
+        pytest.param(
+            {
+                "phase": "Running",
+                "initContainerStatuses": [terminated("Completed", 0)],
+                "containerStatuses": [{"name": "slurmd", "state": {"running": {}}}],
+            },
+            None,
+            id="init-container-completed",
+        ),
+        pytest.param(
+            {
+                "phase": "Failed",
+                "reason": "Evicted",
+                "message": "The node was low on resource: memory.",
+            },
+            PodFailure("Evicted", "The node was low on resource: memory."),
+            id="evicted",
+        ),
+        pytest.param(
+            {"phase": "Failed", "containerStatuses": [terminated("Error", 1)]},
+            PodFailure("Failed", "pod phase is Failed"),
+            id="failed-phase",
+        ),
+        pytest.param(
+            {"phase": "Succeeded"},
+            PodFailure("Completed", "pod phase is Succeeded"),
+            id="succeeded",
+        ),
+        pytest.param(
+            {
+                "phase": "Running",
+                "conditions": [
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "reason": "EvictionByEvictionAPI",
+                        "message": "Eviction API: evicting",
+                    }
+                ],
+            },
+            PodFailure("EvictionByEvictionAPI", "Eviction API: evicting"),
+            id="disruption-target",
+        ),
+        pytest.param(
+            {"phase": "Running", "conditions": [{"type": "DisruptionTarget", "status": "True"}]},
+            PodFailure("DisruptionTarget", "Kubernetes is disrupting the pod"),
+            id="disruption-target-bare",
+        ),
+        pytest.param(
+            {"phase": "Running", "conditions": [{"type": "DisruptionTarget", "status": "False"}]},
+            None,
+            id="disruption-target-false",
+        ),
+        pytest.param(
+            {
+                "phase": "Running",
+                "containerStatuses": [
+                    {"name": "slurmd", "state": {"running": {}}},
+                    {**terminated("OOMKilled", 137), "name": "sidecar"},
+                ],
+            },
+            PodFailure("OOMKilled", "slurmd exited with code 137"),
+            id="container-terminated-while-running",
+        ),
+        pytest.param(
+            {"phase": "Running", "containerStatuses": [waiting("CrashLoopBackOff")]},
+            PodFailure("CrashLoopBackOff", "CrashLoopBackOff"),
+            id="crash-loop",
+        ),
+    ],
+)
+def test_pod_failure(status: dict[str, Any], failure: PodFailure | None) -> None:
+    assert pod_failure(status) == failure
+    assert pod_view(manifest(status)).failure == failure
+
+
+def test_pod_view_reads_the_manifest() -> None:
+    status = {"phase": "Running", "podIP": "10.1.0.5"}
+    assert pod_view(manifest(status)) == PodView(
+        name="cpu-0",
+        node="cpu-0",
+        pool="cpu",
+        phase="Running",
+        ip="10.1.0.5",
+        created_at=datetime(2026, 12, 2, 11, 58, tzinfo=UTC),
+        deleting=False,
+        failure=None,
+        host="worker-1",
+    )
+    assert pod_view(manifest(status)).is_running
+
+
+@pytest.mark.parametrize(
+    ("status", "failure"),
+    [
+        ({"phase": "Running"}, PodFailure("Deleted", "the pod is being deleted")),
+        # A known cause wins over the generic "Deleted".
+        ({"phase": "Failed", "reason": "Evicted", "message": "m"}, PodFailure("Evicted", "m")),
+    ],
+    ids=["running", "evicted"],
+)
+def test_a_deleting_pod_has_a_failure_and_is_not_running(
+    status: dict[str, Any], failure: PodFailure
+) -> None:
+    view = pod_view(manifest(status, deleting=True))
+    assert view.deleting
+    assert view.failure == failure
+    assert not view.is_running
+
+
+def test_defaults_when_fields_are_missing() -> None:
+    view = pod_view({"metadata": {"name": "cpu-7", "creationTimestamp": CREATED}})
+    assert (view.node, view.pool, view.phase, view.ip, view.host) == (
+        "cpu-7",
+        "",
+        "Pending",
+        "",
+        "",
+    )
+    assert view.failure is None
+    assert not view.deleting
