@@ -10,6 +10,10 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from proving_ground.bridge_daemon import start_bridge
+from proving_ground.processes import State
+
+from bridge.domain.hostlist import expand
 from tests.conftest import ProvingGround
 
 T = TypeVar("T")
@@ -44,7 +48,9 @@ def node(pg: ProvingGround, name: str) -> dict[str, str]:
     return fields
 
 
-def pods(pg: ProvingGround, selector: str = "app.kubernetes.io/managed-by=slurm-k8s-bridge") -> dict[str, Any]:
+def pods(
+    pg: ProvingGround, selector: str = "app.kubernetes.io/managed-by=slurm-k8s-bridge"
+) -> dict[str, Any]:
     """Our pods by name (full JSON)."""
     out = pg.kubectl("-n", NAMESPACE, "get", "pods", "-l", selector, "-o", "json")
     return {p["metadata"]["name"]: p for p in json.loads(out)["items"]}
@@ -56,8 +62,13 @@ def run_hook(pg: ProvingGround, hook: str, hostlist: str, resume_file: str | Non
     if resume_file is not None:
         env["SLURM_RESUME_FILE"] = resume_file
     return subprocess.run(
-        [os.path.join(HOOKS, hook), hostlist], env=env, stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30, check=False,
+        [os.path.join(HOOKS, hook), hostlist],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=30,
+        check=False,
     ).returncode
 
 
@@ -74,16 +85,28 @@ def job_state(pg: ProvingGround, job: int) -> str:
     return ""
 
 
+def cancel_jobs_on(pg: ProvingGround, hostlist: str) -> None:
+    """Cancel jobs running on, or asking for (``-w``), any node of ``hostlist``."""
+    wanted = set(expand(hostlist))
+    out = pg.slurm("squeue", "-h", "-o", "%i|%n|%N", check=False)
+    for line in out.splitlines():
+        job, requested, allocated = [*line.split("|"), "", ""][:3]
+        names = set()
+        for part in (requested, allocated):
+            if part.strip() and part.strip() != "(null)":
+                names |= set(expand(part.strip()))
+        if names & wanted:
+            pg.slurm("scancel", job.strip(), check=False)
+
+
 def reset_nodes(pg: ProvingGround, hostlist: str) -> None:
     """Back to ``idle~``: cancel their jobs, power down, clear DOWN; then wait for no pods."""
-    pg.slurm("scancel", "--nodelist", hostlist, check=False)
+    cancel_jobs_on(pg, hostlist)
     pg.slurm("scontrol", "update", f"nodename={hostlist}", "state=power_down_force", check=False)
     pg.slurm("scontrol", "update", f"nodename={hostlist}", "state=resume", check=False)
 
 
 def bridge_pid(pg: ProvingGround) -> int | None:
-    from proving_ground.processes import State
-
     return State(pg.layout).running("bridge")
 
 
@@ -94,9 +117,6 @@ def kill_bridge(pg: ProvingGround, sig: int = signal.SIGKILL) -> None:
 
 
 def restart_bridge(pg: ProvingGround) -> int:
-    from proving_ground.bridge_daemon import start_bridge
-    from proving_ground.processes import State
-
     state = State(pg.layout)
     pid = state.running("bridge")
     if pid is not None:
@@ -118,3 +138,13 @@ def wait_idle_powered_down(pg: ProvingGround, hostlist: str, timeout: float = 60
         return all(s == "idle~" for s in states.values()) and not any(n in ours for n in states)
 
     wait_for(f"{hostlist} idle~ without pods", lambda: settled() or None, timeout, every=1)
+
+
+def wait_down(pg: ProvingGround, name: str, timeout: float) -> dict[str, str]:
+    """Wait until Slurm has ``name`` DOWN; return its ``scontrol show node`` fields."""
+
+    def probe() -> dict[str, str] | None:
+        fields = node(pg, name)
+        return fields if fields.get("State", "").startswith("DOWN") else None
+
+    return wait_for(f"{name} DOWN", probe, timeout)

@@ -7,11 +7,14 @@ Nodes: the ``sim`` pool (kwok) and the ``stray`` partition (Slurm nodes no pool 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 
 import pytest
+from proving_ground.processes import State
 
 from tests.cluster import (
     job_state,
@@ -22,12 +25,14 @@ from tests.cluster import (
     restart_bridge,
     run_hook,
     submit,
+    wait_down,
     wait_for,
     wait_idle_powered_down,
 )
 from tests.conftest import ProvingGround
 
 pytestmark = pytest.mark.integration
+Use = Callable[[str], None]
 
 
 def _pods_for(pg: ProvingGround, names: list[str]) -> dict[str, dict[str, object]]:
@@ -36,20 +41,26 @@ def _pods_for(pg: ProvingGround, names: list[str]) -> dict[str, dict[str, object
 
 
 @pytest.fixture
-def clean(proving_ground: ProvingGround):  # type: ignore[no-untyped-def]
-    """Nodes a test used go back to idle~ with no pod."""
+def use(proving_ground: ProvingGround) -> Iterator[Callable[[str], None]]:
+    """``use(hostlist)``: settle the nodes to idle~ with no pod now, and again after the test."""
     used: list[str] = []
-    yield used
+
+    def take(hostlist: str) -> None:
+        reset_nodes(proving_ground, hostlist)
+        wait_idle_powered_down(proving_ground, hostlist)
+        used.append(hostlist)
+
+    yield take
     for hostlist in used:
         reset_nodes(proving_ground, hostlist)
     for hostlist in used:
         wait_idle_powered_down(proving_ground, hostlist)
 
 
-def test_sbatch_creates_one_labelled_pod_per_node(proving_ground: ProvingGround, clean: list[str]) -> None:
+def test_sbatch_creates_one_labelled_pod_per_node(proving_ground: ProvingGround, use: Use) -> None:
     pg = proving_ground
     names = ["sim-10", "sim-11", "sim-12"]
-    clean.append("sim-[10-12]")
+    use("sim-[10-12]")
     submitted = time.monotonic()
     job = submit(pg, "-p", "sim", "-N3", "-w", "sim-[10-12]", "--wrap", "true")
     found = wait_for("three pods", lambda: len(_pods_for(pg, names)) == 3 or None, 30)
@@ -65,11 +76,11 @@ def test_sbatch_creates_one_labelled_pod_per_node(proving_ground: ProvingGround,
 
 
 def test_hook_call_to_pods_within_one_second_and_repeat_is_idempotent(
-    proving_ground: ProvingGround, clean: list[str]
+    proving_ground: ProvingGround, use: Use
 ) -> None:
     pg = proving_ground
     names = ["sim-20", "sim-21", "sim-22"]
-    clean.append("sim-[20-22]")
+    use("sim-[20-22]")
     started = time.monotonic()
     assert run_hook(pg, "resume", "sim-[20-22]") == 0
     wait_for("three pods", lambda: len(_pods_for(pg, names)) == 3 or None, 10, every=0.02)
@@ -83,9 +94,9 @@ def test_hook_call_to_pods_within_one_second_and_repeat_is_idempotent(
     assert len([p for p in pods(pg) if p.startswith("sim-2")]) == 3
 
 
-def test_suspend_deletes_the_pods(proving_ground: ProvingGround, clean: list[str]) -> None:
+def test_suspend_deletes_the_pods(proving_ground: ProvingGround, use: Use) -> None:
     pg = proving_ground
-    clean.append("sim-[23-24]")
+    use("sim-[23-24]")
     assert run_hook(pg, "resume", "sim-[23-24]") == 0
     wait_for("pods", lambda: len(_pods_for(pg, ["sim-23", "sim-24"])) == 2 or None, 10)
     assert run_hook(pg, "suspend", "sim-[23-24]") == 0
@@ -93,10 +104,10 @@ def test_suspend_deletes_the_pods(proving_ground: ProvingGround, clean: list[str
 
 
 def test_reconciler_deletes_a_pod_whose_node_is_powered_down(
-    proving_ground: ProvingGround, clean: list[str]
+    proving_ground: ProvingGround, use: Use
 ) -> None:
     pg = proving_ground
-    clean.append("sim-30")
+    use("sim-30")
     # A resume Slurm never asked for: Slurm keeps the node powered down (idle~).
     assert run_hook(pg, "resume", "sim-30") == 0
     created = time.monotonic()
@@ -110,55 +121,66 @@ def test_reconciler_deletes_a_pod_whose_node_is_powered_down(
 
 
 def test_unknown_node_is_set_down_naming_it_and_the_rest_proceed(
-    proving_ground: ProvingGround, clean: list[str]
+    proving_ground: ProvingGround, use: Use
 ) -> None:
     pg = proving_ground
-    clean.extend(["sim-[40-41]", "stray-0"])
+    use("sim-[40-41]")
+    use("stray-0")
     run_hook(pg, "resume", "sim-[40-41],stray-0")
     wait_for("sim pods", lambda: len(_pods_for(pg, ["sim-40", "sim-41"])) == 2 or None, 10)
-    stray = wait_for("stray-0 DOWN", lambda: (n := node(pg, "stray-0"))["State"].startswith("DOWN") and n or None, 10)
+    stray = wait_for(
+        "stray-0 DOWN",
+        lambda: ((n := node(pg, "stray-0"))["State"].startswith("DOWN") and n) or None,
+        10,
+    )
     assert stray["Reason"].startswith("k8s: UnknownNode:")
     assert "stray-0" in stray["Reason"]
     assert "stray-0" not in pods(pg)
 
 
 def test_bridge_killed_right_after_accepting_a_resume(
-    proving_ground: ProvingGround, clean: list[str]
+    proving_ground: ProvingGround, use: Use
 ) -> None:
     pg = proving_ground
     names = [f"sim-{i}" for i in range(50, 56)]
-    clean.append("sim-[50-55]")
+    use("sim-[50-55]")
     job = submit(pg, "-p", "sim", "-N6", "-w", "sim-[50-55]", "--wrap", "true")
     # Kill as soon as the first pod shows up: the bridge is mid-way through the batch.
     wait_for("first pod", lambda: _pods_for(pg, names) or None, 30, every=0.01)
     kill_bridge(pg, signal.SIGKILL)
     restart_bridge(pg)
-    found = wait_for("all six pods", lambda: len(_pods_for(pg, names)) == 6 and _pods_for(pg, names) or None, 30)
+    found = wait_for(
+        "all six pods",
+        lambda: (len(_pods_for(pg, names)) == 6 and _pods_for(pg, names)) or None,
+        30,
+    )
     assert sorted(found) == names
     assert len([p for p in pods(pg) if p in names]) == 6, "no node has two pods"
     assert job_state(pg, job) != "FAILED"
 
 
 def test_bridge_killed_mid_resume_is_recovered_from_powering_up_without_a_new_call(
-    proving_ground: ProvingGround, clean: list[str]
+    proving_ground: ProvingGround, use: Use
 ) -> None:
     """The bridge accepted a Resume, then died before answering: the hook cannot know whether
     pods are coming, so it leaves the nodes POWERING_UP; the restarted bridge's reconciler
     creates the pods from that state. Kubernetes is frozen (SIGSTOP) to hold the bridge mid-call.
     """
-    from proving_ground.processes import State
-
     pg = proving_ground
     names = ["sim-60", "sim-61"]
-    clean.append("sim-[60-61]")
+    use("sim-[60-61]")
     apiserver = State(pg.layout).running("kube-apiserver")
     assert apiserver is not None
+    no_answer = re.compile(
+        r"resume request_id=\S+ hostlist=\S*sim-\[60-61\]\S* result=BridgeNoAnswer"
+    )
+    seen = len(no_answer.findall(_hooks_log(pg)))
     os.kill(apiserver, signal.SIGSTOP)
     try:
         submit(pg, "-p", "sim", "-N2", "-w", "sim-[60-61]", "--wrap", "true")
         wait_for(
             "the hook to give up waiting for an answer",
-            lambda: "hostlist=sim-[60-61] result=BridgeNoAnswer" in _hooks_log(pg) or None,
+            lambda: len(no_answer.findall(_hooks_log(pg))) > seen or None,
             40,
         )
         state = node(pg, "sim-60")["State"]
@@ -179,15 +201,17 @@ def _hooks_log(pg: ProvingGround) -> str:
 
 
 def test_bridge_unreachable_sets_nodes_down_so_jobs_requeue(
-    proving_ground: ProvingGround, clean: list[str]
+    proving_ground: ProvingGround, use: Use
 ) -> None:
     pg = proving_ground
-    clean.append("sim-62")
+    use("sim-62")
     kill_bridge(pg, signal.SIGKILL)
     try:
         job = submit(pg, "-p", "sim", "-N1", "-w", "sim-62", "--wrap", "true")
         down = wait_for(
-            "sim-62 DOWN", lambda: (n := node(pg, "sim-62"))["State"].startswith("DOWN") and n or None, 40
+            "sim-62 DOWN",
+            lambda: ((n := node(pg, "sim-62"))["State"].startswith("DOWN") and n) or None,
+            40,
         )
         assert down["Reason"].startswith("k8s: BridgeUnreachable:")
         wait_for("job requeued", lambda: job_state(pg, job) == "PENDING" or None, 20)
@@ -205,17 +229,17 @@ def test_bridge_unreachable_sets_nodes_down_so_jobs_requeue(
     ],
 )
 def test_pod_that_cannot_run_fails_fast_with_the_kubernetes_reason(
-    proving_ground: ProvingGround, clean: list[str], pool: str, nodes: str, reason_kind: str
+    proving_ground: ProvingGround,
+    use: Use,
+    pool: str,
+    nodes: str,
+    reason_kind: str,
 ) -> None:
     pg = proving_ground
-    clean.append(nodes)
+    use(nodes)
     submitted = time.monotonic()
     job = submit(pg, "-p", pool, "-N1", "-w", nodes, "--wrap", "true")
-    down = wait_for(
-        f"{nodes} DOWN with a k8s reason",
-        lambda: (n := node(pg, nodes))["State"].startswith("DOWN") and n or None,
-        60,
-    )
+    down = wait_down(pg, nodes, 60)
     elapsed = time.monotonic() - submitted
     print(f"{pool}: sbatch -> node DOWN with {down['Reason']!r} in {elapsed:.1f}s")
     assert down["Reason"].startswith(reason_kind), down["Reason"]
@@ -224,14 +248,22 @@ def test_pod_that_cannot_run_fails_fast_with_the_kubernetes_reason(
     wait_for("pod removed", lambda: nodes not in pods(pg) or None, 30)
 
 
-def test_status_lists_slurm_and_pod_side_by_side(proving_ground: ProvingGround, clean: list[str]) -> None:
+def test_status_lists_slurm_and_pod_side_by_side(proving_ground: ProvingGround, use: Use) -> None:
     pg = proving_ground
-    clean.append("sim-63")
+    use("sim-63")
     assert run_hook(pg, "resume", "sim-63") == 0
     wait_for("pod", lambda: _pods_for(pg, ["sim-63"]) or None, 10)
     out = subprocess.run(
-        [str(pg.layout.root / ".venv" / "bin" / "slurm-k8s-bridge"), "status", "sim-[62-63]", "--all"],
-        capture_output=True, text=True, timeout=20, check=True,
+        [
+            str(pg.layout.root / ".venv" / "bin" / "slurm-k8s-bridge"),
+            "status",
+            "sim-[62-63]",
+            "--all",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=True,
     ).stdout
     lines = out.splitlines()
     assert lines[0].split()[:4] == ["NODE", "POOL", "SLURM", "POD"]
