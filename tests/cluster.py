@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from proving_ground.bridge_daemon import start_bridge
@@ -116,13 +117,13 @@ def kill_bridge(pg: ProvingGround, sig: int = signal.SIGKILL) -> None:
     os.kill(pid, sig)
 
 
-def restart_bridge(pg: ProvingGround) -> int:
+def restart_bridge(pg: ProvingGround, config: Path | None = None) -> int:
     state = State(pg.layout)
     pid = state.running("bridge")
     if pid is not None:
         os.kill(pid, signal.SIGKILL)
         wait_for("bridge to die", lambda: state.running("bridge") is None, 10)
-    return start_bridge(pg.layout, state)
+    return start_bridge(pg.layout, state, config)
 
 
 def wait_idle_powered_down(pg: ProvingGround, hostlist: str, timeout: float = 60) -> None:

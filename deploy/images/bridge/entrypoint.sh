@@ -5,6 +5,7 @@
 #              followed by what `slurm-k8s-bridge render-slurm-conf` makes of the bridge's
 #              configuration, so Slurm's nodes and the bridge's pods cannot disagree
 #   bridge     slurm-k8s-bridge serve --config $SKB_CONFIG
+#   slurm-conf only write slurm.conf (an initContainer, so that all containers find it)
 #   all        munged and the bridge in the background, slurmctld in front (compose)
 # Anything else runs as a command (e.g. `sh`).
 set -eu
@@ -21,9 +22,10 @@ export SLURM_CONF="$conf"
 
 write_slurm_conf() {
     mkdir -p "$(dirname "$conf")" /var/spool/slurmctld /var/log/slurm /run/slurm
-    /usr/local/bin/slurm-k8s-bridge check-config "$config" >&2
+    /usr/local/bin/slurm-k8s-bridge check-config --config "$config" >&2
     {
-        cat "$head"
+        # @HOSTNAME@: for deployments whose hostname is not known in advance (host network).
+        sed "s/@HOSTNAME@/$(uname -n | cut -d. -f1)/g" "$head"
         echo
         /usr/local/bin/slurm-k8s-bridge render-slurm-conf --config "$config" \
             --hooks-dir "$plugins" --suspend-time "${SKB_SUSPEND_TIME:-300}" \
@@ -57,8 +59,11 @@ munged)
     # shellcheck disable=SC2086  # a word list on purpose
     exec runuser -u munge -- $munged_cmd
     ;;
-slurmctld)
+slurm-conf)
     write_slurm_conf
+    ;;
+slurmctld)
+    [ -f "$conf" ] || write_slurm_conf
     wait_for "$munge_socket"
     wait_for "$bridge_socket"
     echo "entrypoint: slurmctld with $conf" >&2

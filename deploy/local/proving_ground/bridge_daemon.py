@@ -4,6 +4,7 @@ and ``slurm-k8s-bridge serve`` next to slurmctld."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 from pathlib import Path
 
@@ -24,21 +25,12 @@ def bridge_kubeconfig(layout: Layout) -> Path:
 def ensure_credentials(layout: Layout) -> None:
     """The kustomize base (namespace, ServiceAccount, Role), the munge Secret, and a kubeconfig
     holding a token of the bridge's ServiceAccount: the bridge runs with exactly that RBAC."""
-    kube.kubectl(layout, "apply", "-k", str(layout.root / "deploy" / "kustomize" / "base"))
-    secret = kube.kubectl(
-        layout,
-        "-n",
-        NAMESPACE,
-        "create",
-        "secret",
-        "generic",
-        "slurm-munge-key",
-        f"--from-file=munge.key={layout.munge_key}",
-        "--dry-run=client",
-        "-o",
-        "json",
-    )
-    kube.kubectl(layout, "apply", "-f", "-", input_text=secret)
+    base = layout.root / "deploy" / "kustomize" / "base"
+    # The base's munge Secret comes from base/munge.key, the site's key (git-ignored): here the
+    # proving ground's slurmctld key.
+    shutil.copyfile(layout.munge_key, base / "munge.key")
+    (base / "munge.key").chmod(0o600)
+    kube.kubectl(layout, "apply", "-k", str(base))
     token = kube.kubectl(
         layout, "-n", NAMESPACE, "create", "token", SERVICE_ACCOUNT, "--duration=48h"
     ).strip()
@@ -80,12 +72,12 @@ def bridge_env(layout: Layout) -> dict[str, str]:
     }
 
 
-def bridge_argv(layout: Layout) -> list[str]:
+def bridge_argv(layout: Layout, config: Path | None = None) -> list[str]:
     return [
         str(layout.root / ".venv" / "bin" / "slurm-k8s-bridge"),
         "serve",
         "--config",
-        str(bridge_config_path(layout)),
+        str(config or bridge_config_path(layout)),
     ]
 
 
@@ -96,12 +88,13 @@ def _socket_answers() -> bool:
     return True
 
 
-def start_bridge(layout: Layout, state: State) -> int:
+def start_bridge(layout: Layout, state: State, config: Path | None = None) -> int:
+    """Start ``slurm-k8s-bridge serve`` (with ``config`` instead of deploy/local/bridge.yaml)."""
     SHARED_DIR.mkdir(parents=True, exist_ok=True)
     SHARED_DIR.chmod(0o1777)
     write_hooks_env(layout)
     pid = start_daemon(
-        state, "bridge", bridge_argv(layout), log_dir=layout.logs, env=bridge_env(layout)
+        state, "bridge", bridge_argv(layout, config), log_dir=layout.logs, env=bridge_env(layout)
     )
     wait_until("bridge socket", _socket_answers, timeout_s=30, log_path=layout.logs / "bridge.log")
     return pid

@@ -10,6 +10,7 @@ hooks change; the archive is cached next to the other images and serves containe
 
 from __future__ import annotations
 
+import argparse
 import logging
 import shutil
 import sys
@@ -55,10 +56,9 @@ def bridge_recipe() -> ImageRecipe:
     return ImageRecipe(BRIDGE_IMAGE, (*own, *_package_files(repo_root())), "bookworm")
 
 
-def archive_path(layout: Layout, recipe: ImageRecipe | None = None) -> Path:
+def archive_path(layout: Layout, digest: str | None = None) -> Path:
     """The cached docker-archive of the bridge image (it may not exist yet)."""
-    recipe = recipe or bridge_recipe()
-    return layout.images / f"bridge-{recipe.digest()}.tar"
+    return layout.images / f"bridge-{digest or bridge_recipe().digest()}.tar"
 
 
 def _build_wheels(out: Path, scratch: Path) -> None:
@@ -70,20 +70,39 @@ def _build_wheels(out: Path, scratch: Path) -> None:
     shutil.copy(root / "pyproject.toml", source)
     if (root / "README.md").exists():
         shutil.copy(root / "README.md", source)
-    shutil.copytree(root / "bridge", source / "bridge",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(out), str(source)],
-        timeout_s=900)
+    shutil.copytree(
+        root / "bridge", source / "bridge", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(out), str(source)],
+        timeout_s=900,
+    )
 
 
 def _install_offline(root: Path, wheels: Path) -> None:
+    # A path inside the image's root being built, not the host's /tmp.
     inside = root / "tmp" / "wheels"
     shutil.copytree(wheels, inside)
     try:
-        run(["chroot", str(root), "/usr/bin/python3", "-m", "pip", "install", "--no-index",
-             "--find-links", "/tmp/wheels", "--no-cache-dir", "--break-system-packages",
-             "--root-user-action=ignore", "--disable-pip-version-check", "slurm-k8s-bridge"],
-            timeout_s=600)
+        run(
+            [
+                "chroot",
+                str(root),
+                "/usr/bin/python3",
+                "-m",
+                "pip",
+                "install",
+                "--no-index",
+                "--find-links",
+                "/tmp/wheels",  # noqa: S108
+                "--no-cache-dir",
+                "--break-system-packages",
+                "--root-user-action=ignore",
+                "--disable-pip-version-check",
+                "slurm-k8s-bridge",
+            ],
+            timeout_s=600,
+        )
     finally:
         shutil.rmtree(inside, ignore_errors=True)
     if not (root / "usr/local/bin/slurm-k8s-bridge").exists():
@@ -99,7 +118,7 @@ def _copy_plugins(root: Path) -> None:
     shutil.copy(_recipe_dir() / "hooks.env", target / "hooks.env")
 
 
-def _build_bridge_archive(layout: Layout, recipe: ImageRecipe, out: Path) -> None:
+def _build_bridge_archive(layout: Layout, reference: str, out: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="skb-bridge-", dir=layout.images) as tmp:
         scratch = Path(tmp)
         wheels = scratch / "wheels"
@@ -109,14 +128,27 @@ def _build_bridge_archive(layout: Layout, recipe: ImageRecipe, out: Path) -> Non
         packages = ",".join(_packages(_recipe_dir() / "packages.txt"))
         log.info("debootstrap bookworm with %s (about a minute)", packages)
         started = time.monotonic()
-        run(["debootstrap", "--variant=minbase", f"--include={packages}", "bookworm", str(root),
-             DEBIAN_MIRROR], timeout_s=1200)
+        run(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={packages}",
+                "bookworm",
+                str(root),
+                DEBIAN_MIRROR,
+            ],
+            timeout_s=1200,
+        )
         log.info("debootstrap done in %.0fs", time.monotonic() - started)
         _install_offline(root, wheels)
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
             shutil.rmtree(root / junk, ignore_errors=True)
-        for directory in ("var/spool/slurmctld", "var/log/slurm", "run/slurm-k8s-bridge",
-                          "etc/slurm-k8s-bridge"):
+        for directory in (
+            "var/spool/slurmctld",
+            "var/log/slurm",
+            "run/slurm-k8s-bridge",
+            "etc/slurm-k8s-bridge",
+        ):
             (root / directory).mkdir(parents=True, exist_ok=True)
         _copy_plugins(root)
         entry = root / "usr/local/bin/skb-entrypoint"
@@ -128,22 +160,29 @@ def _build_bridge_archive(layout: Layout, recipe: ImageRecipe, out: Path) -> Non
             "Entrypoint": ["/usr/local/bin/skb-entrypoint"],
             "Cmd": ["all"],
             "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
-            "Labels": {"io.slurm-k8s-bridge.recipe": recipe.digest()},
+            "Labels": {"io.slurm-k8s-bridge.recipe": reference.rsplit(":", 1)[1]},
         }
-        _write_docker_archive(layer, [recipe.reference(), BRIDGE_IMAGE_DEV], config, out)
+        _write_docker_archive(layer, [reference, BRIDGE_IMAGE_DEV], config, out)
 
 
 def ensure_bridge_archive(layout: Layout) -> tuple[str, Path]:
     """Build the bridge image's archive unless the cache has it; return (reference, archive)."""
     layout.images.mkdir(parents=True, exist_ok=True)
-    recipe = bridge_recipe()
-    archive = archive_path(layout, recipe)
+    # One digest for the whole build: the sources may change while it runs (the next call then
+    # sees a new digest and builds again).
+    digest = bridge_recipe().digest()
+    reference = f"{BRIDGE_IMAGE}:{digest}"
+    archive = archive_path(layout, digest)
     if not archive.exists():
-        log.info("building image %s", recipe.reference())
+        log.info("building image %s", reference)
         partial = archive.with_suffix(".partial")
-        _build_bridge_archive(layout, recipe, partial)
+        _build_bridge_archive(layout, reference, partial)
         partial.replace(archive)
-    return recipe.reference(), archive
+        for stale in layout.images.glob("bridge-*.tar"):
+            # Each archive is ~400 MB; only the current one is ever used again.
+            if stale != archive:
+                stale.unlink()
+    return reference, archive
 
 
 def import_bridge_image(layout: Layout, ctr: list[str]) -> str:
@@ -153,18 +192,52 @@ def import_bridge_image(layout: Layout, ctr: list[str]) -> str:
     listed = run([*ctr, "-n", "k8s.io", "images", "ls", "-q"]).stdout.split()
     if reference not in listed or BRIDGE_IMAGE_DEV not in listed:
         log.info("importing %s into containerd", reference)
-        result = run([*ctr, "-n", "k8s.io", "images", "import", str(archive)], check=False,
-                     timeout_s=600)
+        result = run(
+            [*ctr, "-n", "k8s.io", "images", "import", str(archive)], check=False, timeout_s=600
+        )
         if result.returncode != 0:
             raise ProvingGroundError(f"ctr import {archive} failed: {result.stderr.strip()}")
+    stale = [ref for ref in listed if _is_stale(ref, reference)]
+    if stale:
+        # Each build is ~400 MB of its own layer; running containers keep theirs regardless.
+        run([*ctr, "-n", "k8s.io", "images", "rm", *stale], check=False)
     return reference
 
 
-def main() -> None:
-    """``python -m proving_ground.bridge_image``: build (if needed) and import into containerd."""
+def _is_stale(listed: str, current: str) -> bool:
+    return listed.startswith(f"{BRIDGE_IMAGE}:") and listed not in {current, BRIDGE_IMAGE_DEV}
+
+
+def load_into_podman(layout: Layout) -> str:
+    """``podman load`` the same archive (for docker-compose.yml under podman-compose) unless
+    podman has this build already; returns the digest-tagged reference."""
+    reference, archive = ensure_bridge_archive(layout)
+    if run(["podman", "image", "exists", reference], check=False).returncode != 0:
+        log.info("loading %s into podman", reference)
+        run(["podman", "load", "--input", str(archive)], timeout_s=600)
+    # podman load of a docker-archive keeps both RepoTags; retag in case :dev pointed elsewhere.
+    run(["podman", "tag", reference, BRIDGE_IMAGE_DEV])
+    listed = run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}"]).stdout.split()
+    stale = [ref for ref in listed if _is_stale(ref, reference)]
+    if stale:
+        run(["podman", "rmi", *stale], check=False)
+    return reference
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m proving_ground.bridge_image [--containerd] [--podman]`` from deploy/local:
+    build the image if needed and import it (default: into the proving ground's containerd)."""
+    parser = argparse.ArgumentParser(prog="python -m proving_ground.bridge_image")
+    parser.add_argument("--containerd", action="store_true", help="import into containerd")
+    parser.add_argument("--podman", action="store_true", help="podman load it")
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     layout = Layout.default()
-    print(import_bridge_image(layout, ["ctr", "--address", str(layout.containerd_socket)]))
+    if args.containerd or not args.podman:
+        ctr = ["ctr", "--address", str(layout.containerd_socket)]
+        print(import_bridge_image(layout, ctr))
+    if args.podman:
+        print(load_into_podman(layout))
 
 
 if __name__ == "__main__":

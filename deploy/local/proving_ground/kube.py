@@ -9,7 +9,7 @@ import ssl
 import urllib.request
 from pathlib import Path
 
-from . import images
+from . import bridge_image, images
 from .layout import (
     APISERVER_PORT,
     ETCD_PEER_PORT,
@@ -245,6 +245,7 @@ def start_real_node(layout: Layout, state: State) -> None:
         log_path=layout.logs / "containerd.log",
     )
     images.import_images(layout, ctr)
+    bridge_image.import_bridge_image(layout, ctr)
     kubelet_config = layout.local / "kubelet.json"
     kubelet_config.write_text(_kubelet_config(layout))
     layout.kubelet_root.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,235 @@
+"""The proving ground itself (issue: a real Slurm and a real Kubernetes running real slurmd
+containers): a hand-made slurmd pod registers, kwok carries 500 pods, RBAC is enforced."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from tests.cluster import node, reset_nodes, wait_for, wait_idle_powered_down
+from tests.conftest import ProvingGround
+
+pytestmark = pytest.mark.e2e
+
+#: A CLOUD node no bridge pool owns, so the bridge leaves this pod and node alone.
+NODE = "stray-1"
+
+
+def slurmd_pod(name: str) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "slurm", "labels": {"test": "proving-ground"}},
+        "spec": {
+            "hostname": name,
+            "restartPolicy": "Never",
+            "enableServiceLinks": False,
+            "automountServiceAccountToken": False,
+            "nodeSelector": {"slurm-k8s-bridge.io/node-kind": "real"},
+            "containers": [
+                {
+                    "name": "slurmd",
+                    "image": "localhost/slurm-k8s-bridge/slurmd:dev",
+                    "imagePullPolicy": "Never",
+                    "env": [
+                        {"name": "SLURM_NODENAME", "value": name},
+                        {"name": "SLURM_CONF_SERVER", "value": "10.213.0.1:6817"},
+                        {
+                            "name": "MUNGE_SOCKET",
+                            "value": "/run/slurm-k8s-bridge/munge/munge.socket.2",
+                        },
+                    ],
+                    "securityContext": {"privileged": True},
+                    "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+                    "volumeMounts": [
+                        {"name": "munge", "mountPath": "/etc/munge-secret", "readOnly": True}
+                    ],
+                }
+            ],
+            "volumes": [
+                {"name": "munge", "secret": {"secretName": "slurm-munge-key", "defaultMode": 256}}
+            ],
+        },
+    }
+
+
+def test_slurmd_pod_registers_and_srun_reaches_it(proving_ground: ProvingGround) -> None:
+    pg = proving_ground
+    pg.kubectl("-n", "slurm", "delete", "pod", NODE, "--ignore-not-found", "--wait=true")
+    reset_nodes(pg, NODE)
+    wait_idle_powered_down(pg, NODE)
+    pg.kubectl("create", "-f", "-", input_text=json.dumps(slurmd_pod(NODE)))
+    try:
+        pod = wait_for(
+            "pod Running",
+            lambda: (
+                (
+                    (p := json.loads(pg.kubectl("-n", "slurm", "get", "pod", NODE, "-o", "json")))[
+                        "status"
+                    ].get("phase")
+                    == "Running"
+                    and p
+                )
+                or None
+            ),
+            90,
+        )
+        assert pod["spec"]["nodeName"] == "skb-real-0", "placed by kube-scheduler on the real node"
+        pod_ip = pod["status"]["podIP"]
+        up = wait_for(
+            "slurmd registered",
+            lambda: (
+                (
+                    (n := node(pg, NODE))["State"].startswith("IDLE")
+                    and "POWERED_DOWN" not in n["State"]
+                    and n
+                )
+                or None
+            ),
+            60,
+        )
+        assert up["NodeAddr"] == pod_ip
+        out = pg.slurm("srun", "--chdir=/tmp", "-p", "stray", "-w", NODE, "hostname", timeout=60)
+        assert out.strip() == NODE
+
+        # What Slurm shows when a registered node's pod disappears (informs the bridge's design).
+        deleted = time.monotonic()
+        pg.kubectl("-n", "slurm", "delete", "pod", NODE, "--grace-period=0", "--force")
+        timeline = []
+        last = ""
+        while time.monotonic() - deleted < 75:
+            fields = node(pg, NODE)
+            now = f"{fields['State']} {fields.get('Reason', '')}".strip()
+            if now != last:
+                timeline.append(f"{time.monotonic() - deleted:5.1f}s {now}")
+                last = now
+            if fields["State"].startswith("DOWN"):
+                break
+            time.sleep(1)
+        print("after deleting the pod of a registered node:\n  " + "\n  ".join(timeline))
+        assert any("NOT_RESPONDING" in line for line in timeline)
+    finally:
+        pg.kubectl("-n", "slurm", "delete", "pod", NODE, "--ignore-not-found", "--wait=false")
+        pg.slurm("scontrol", "update", f"nodename={NODE}", "state=power_down_force", check=False)
+        pg.slurm("scontrol", "update", f"nodename={NODE}", "state=resume", check=False)
+
+
+def test_500_pods_on_kwok_nodes_run_and_go(proving_ground: ProvingGround) -> None:
+    pg = proving_ground
+    namespace = "pg-scale"
+    pg.kubectl("create", "namespace", namespace, check=False)
+    template = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"namespace": namespace, "labels": {"app": "scale"}},
+        "spec": {
+            "nodeSelector": {"type": "kwok"},
+            "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists"}],
+            "containers": [{"name": "c", "image": "localhost/fake:1"}],
+        },
+    }
+    items = []
+    for i in range(500):
+        pod = json.loads(json.dumps(template))
+        pod["metadata"]["name"] = f"scale-{i:03d}"
+        items.append(pod)
+    started = time.monotonic()
+    try:
+        pg.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
+            timeout=300,
+        )
+
+        def running() -> int | None:
+            out = pg.kubectl(
+                "-n",
+                namespace,
+                "get",
+                "pods",
+                "--field-selector=status.phase=Running",
+                "-o",
+                "name",
+                timeout=60,
+            )
+            count = len(out.split())
+            return count if count == 500 else None
+
+        wait_for("500 pods Running", running, 300, every=2)
+        ran = time.monotonic() - started
+        pg.kubectl(
+            "-n", namespace, "delete", "pods", "--all", "--wait=true", "--timeout=300s", timeout=320
+        )
+        gone = time.monotonic() - started - ran
+        left = pg.kubectl("-n", namespace, "get", "pods", "-o", "name").split()
+        assert left == []
+        print(f"500 kwok pods: Running after {ran:.1f}s, deleted in {gone:.1f}s")
+    finally:
+        pg.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def test_rbac_is_enforced_for_a_namespaced_service_account(proving_ground: ProvingGround) -> None:
+    pg = proving_ground
+    namespace = "pg-rbac"
+    manifests = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "pods-only", "namespace": namespace},
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "pods-only", "namespace": namespace},
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "pods-only", "namespace": namespace},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "pods-only",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "pods-only", "namespace": namespace}],
+        },
+    ]
+    pg.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}),
+    )
+    try:
+        token = pg.kubectl("-n", namespace, "create", "token", "pods-only").strip()
+        as_sa = [
+            str(pg.layout.kubernetes_bin / "kubectl"),
+            "--kubeconfig=/dev/null",
+            "--server=https://127.0.0.1:6443",
+            f"--certificate-authority={pg.layout.pki / 'ca.crt'}",
+            f"--token={token}",
+        ]
+
+        def attempt(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [*as_sa, *args], capture_output=True, text=True, timeout=30, check=False
+            )
+
+        allowed = attempt("-n", namespace, "get", "pods")
+        assert allowed.returncode == 0, allowed.stderr
+        for args in (("-n", namespace, "get", "secrets"), ("-n", "slurm", "get", "pods")):
+            denied = attempt(*args)
+            assert denied.returncode != 0
+            assert "Forbidden" in denied.stderr and "(403)" not in denied.stdout, denied.stderr
+            assert "system:serviceaccount:pg-rbac:pods-only" in denied.stderr
+    finally:
+        pg.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
