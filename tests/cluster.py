@@ -19,6 +19,8 @@ from tests.conftest import ProvingGround
 
 T = TypeVar("T")
 NAMESPACE = "slurm"
+#: The proving ground's stand-in for a shared file system: mounted at the same path in pods.
+SHARED = Path("/var/lib/slurm-k8s-bridge/shared")
 HOOKS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "slurm_plugins")
 
 

@@ -1,0 +1,214 @@
+"""The whole elastic cycle with real slurmd pods on the real kubelet node: a job arrives, pods
+appear, slurmd registers, the job runs, the nodes idle, the pods go away."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster import (
+    SHARED,
+    bridge_pid,
+    job_state,
+    node,
+    pods,
+    reset_nodes,
+    restart_bridge,
+    submit,
+    wait_down,
+    wait_for,
+    wait_idle_powered_down,
+)
+from tests.conftest import ProvingGround
+
+pytestmark = pytest.mark.e2e
+Use = Callable[[str], None]
+
+
+@pytest.fixture
+def use(proving_ground: ProvingGround) -> Iterator[Use]:
+    used: list[str] = []
+
+    def take(hostlist: str) -> None:
+        reset_nodes(proving_ground, hostlist)
+        wait_idle_powered_down(proving_ground, hostlist, timeout=90)
+        used.append(hostlist)
+
+    yield take
+    for hostlist in used:
+        reset_nodes(proving_ground, hostlist)
+    for hostlist in used:
+        wait_idle_powered_down(proving_ground, hostlist, timeout=90)
+
+
+def _done(pg: ProvingGround, job: int) -> str | None:
+    state = job_state(pg, job)
+    return state if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL") else None
+
+
+def _run_two_node_job(pg: ProvingGround, partition: str, nodes: str, names: list[str]) -> float:
+    out = SHARED / f"e2e-{partition}-%j.out"
+    started = time.monotonic()
+    job = submit(
+        pg,
+        "-p",
+        partition,
+        "-N2",
+        "-w",
+        nodes,
+        f"--output={out}",
+        "--chdir=/tmp",
+        "--wrap",
+        "srun hostname",
+    )
+    seen = wait_for("two pods", lambda: all(n in pods(pg) for n in names) or None, 60)
+    del seen
+    state = wait_for(f"job {job} to finish", lambda: _done(pg, job), 180, every=1)
+    assert state == "COMPLETED", f"job {job} ended {state}"
+    text = Path(str(out).replace("%j", str(job))).read_text()
+    assert sorted(text.split()) == sorted(names), text
+    for name in names:
+        pod = pods(pg)[name]
+        assert pod["spec"]["hostname"] == name
+        assert node(pg, name)["NodeAddr"] == pod["status"]["podIP"]
+    return time.monotonic() - started
+
+
+def test_job_scales_pods_up_and_back_down(proving_ground: ProvingGround, use: Use) -> None:
+    pg = proving_ground
+    use("cpu-[0-1]")
+    elapsed = _run_two_node_job(pg, "cpu", "cpu-[0-1]", ["cpu-0", "cpu-1"])
+    print(f"sbatch -N2 -> COMPLETED in {elapsed:.1f}s")
+    # SuspendTime is 20 s: then SuspendProgram, the bridge deletes both pods, nodes idle~.
+    finished = time.monotonic()
+    wait_for("pods deleted", lambda: not ({"cpu-0", "cpu-1"} & set(pods(pg))) or None, 90, every=1)
+    wait_idle_powered_down(pg, "cpu-[0-1]", timeout=60)
+    print(f"job done -> pods gone and nodes idle~ in {time.monotonic() - finished:.1f}s")
+
+
+def test_two_jobs_on_two_pools_at_once(proving_ground: ProvingGround, use: Use) -> None:
+    pg = proving_ground
+    use("cpu-[2-3]")
+    use("big-[0-1]")
+    jobs = {}
+    for partition, nodes in (("cpu", "cpu-[2-3]"), ("big", "big-[0-1]")):
+        out = SHARED / f"e2e-two-{partition}-%j.out"
+        jobs[partition] = submit(
+            pg,
+            "-p",
+            partition,
+            "-N2",
+            "-w",
+            nodes,
+            f"--output={out}",
+            "--chdir=/tmp",
+            "--wrap",
+            "srun hostname",
+        )
+    for partition, job in jobs.items():
+        state = wait_for(f"{partition} job", lambda job=job: _done(pg, job), 180, every=1)
+        assert state == "COMPLETED"
+    labels = {n: p["metadata"]["labels"]["slurm-k8s-bridge.io/pool"] for n, p in pods(pg).items()}
+    assert labels.get("cpu-2") == "cpu" and labels.get("big-0") == "big"
+
+
+def test_broken_pool_fails_fast_recovers_and_runs_once_fixed(
+    proving_ground: ProvingGround, use: Use, tmp_path: Path
+) -> None:
+    pg = proving_ground
+    use("broken-1")
+    out = SHARED / "e2e-broken-%j.out"
+    job = submit(
+        pg,
+        "-p",
+        "broken",
+        "-N1",
+        "-w",
+        "broken-1",
+        f"--output={out}",
+        "--chdir=/tmp",
+        "--wrap",
+        "hostname",
+    )
+    down = wait_down(pg, "broken-1", 60)
+    assert down["Reason"].startswith("k8s: ErrImageNeverPull:"), down["Reason"]
+    wait_for("job requeued", lambda: job_state(pg, job) == "PENDING" or None, 30)
+    # It returns to idle~ by itself once the hold (failed_node_hold_s: 20 s) is over.
+    wait_for(
+        "broken-1 back to idle~",
+        lambda: (
+            ("POWERED_DOWN" in node(pg, "broken-1")["State"]
+            and not node(pg, "broken-1")["State"].startswith("DOWN"))
+            or None
+        ),
+        90,
+        every=1,
+    )
+    # Fix the pool's image in the configuration and restart the bridge (it reads it at start).
+    config = (pg.layout.root / "deploy/local/bridge.yaml").read_text()
+    fixed = tmp_path / "bridge.yaml"
+    fixed.write_text(config.replace("slurmd:does-not-exist", "slurmd:dev"))
+    restart_bridge(pg, fixed)
+    try:
+        state = wait_for("job to run", lambda: _done(pg, job), 240, every=2)
+        assert state == "COMPLETED"
+        assert Path(str(out).replace("%j", str(job))).read_text().strip() == "broken-1"
+    finally:
+        restart_bridge(pg)
+
+
+def test_eviction_is_reflected_in_slurm_and_the_job_requeued(
+    proving_ground: ProvingGround, use: Use
+) -> None:
+    pg = proving_ground
+    use("cpu-5")
+    job = submit(
+        pg,
+        "-p",
+        "cpu",
+        "-N1",
+        "-w",
+        "cpu-5",
+        "--chdir=/tmp",
+        "--output=/dev/null",
+        "--wrap",
+        "sleep 600",
+    )
+    wait_for("job running", lambda: job_state(pg, job) == "RUNNING" or None, 120, every=1)
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": "cpu-5", "namespace": "slurm"},
+    }
+    evicted = time.monotonic()
+    pg.kubectl(
+        "create",
+        "--raw",
+        "/api/v1/namespaces/slurm/pods/cpu-5/eviction",
+        "-f",
+        "-",
+        input_text=json.dumps(eviction),
+    )
+    down = wait_down(pg, "cpu-5", 30)
+    print(f"eviction -> Slurm node DOWN in {time.monotonic() - evicted:.1f}s: {down['Reason']}")
+    assert down["Reason"].startswith("k8s: "), down["Reason"]
+    wait_for("job requeued", lambda: job_state(pg, job) in ("PENDING", "REQUEUED") or None, 30)
+    wait_for("pod gone", lambda: "cpu-5" not in pods(pg) or None, 60)
+    pg.slurm("scancel", str(job))
+
+
+def test_bridge_survives_sigterm_gracefully(proving_ground: ProvingGround) -> None:
+    pg = proving_ground
+    pid = bridge_pid(pg)
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)
+    wait_for("bridge exit", lambda: bridge_pid(pg) is None or None, 20)
+    log = (pg.layout.logs / "bridge.log").read_text()
+    assert "shutting down" in log
+    restart_bridge(pg)
