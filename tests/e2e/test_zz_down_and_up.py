@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 from proving_ground import ground
@@ -25,7 +26,7 @@ def test_down_leaves_nothing_and_up_again_is_warm(proving_ground: ProvingGround)
     left = ground.leftovers(pg.layout)
     assert left == {"processes": [], "mounts": [], "interfaces": [], "netns": []}, left
     assert not os.path.exists("/run/slurm-k8s-bridge")
-    assert "slurm-k8s-bridge proving ground" not in open("/etc/hosts").read()
+    assert "slurm-k8s-bridge proving ground" not in Path("/etc/hosts").read_text()
 
     started = time.monotonic()
     ground.up(pg.layout)
