@@ -143,8 +143,10 @@ def test_broken_pool_fails_fast_recovers_and_runs_once_fixed(
     wait_for(
         "broken-1 back to idle~",
         lambda: (
-            ("POWERED_DOWN" in node(pg, "broken-1")["State"]
-            and not node(pg, "broken-1")["State"].startswith("DOWN"))
+            (
+                "POWERED_DOWN" in node(pg, "broken-1")["State"]
+                and not node(pg, "broken-1")["State"].startswith("DOWN")
+            )
             or None
         ),
         90,
