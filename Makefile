@@ -34,8 +34,8 @@ status: venv ## what the proving ground runs
 	@$(PG) status
 
 lint: venv ## ruff and mypy --strict
-	$(VENV)/bin/ruff check bridge slurm_plugins tests deploy/local scripts
-	$(VENV)/bin/ruff format --check bridge tests deploy/local scripts
+	$(VENV)/bin/ruff check bridge tests deploy/local scripts bench
+	$(VENV)/bin/ruff format --check bridge tests deploy/local scripts bench
 	$(VENV)/bin/mypy
 
 proto: venv ## regenerate bridge/_proto from proto/
@@ -49,7 +49,7 @@ test: deps venv lint ## everything: unit, integration and e2e against the provin
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 demo: deps venv ## the elastic cycle, live: jobs scale slurmd pods up and down
-	@$(PY) -m bridge_demo
+	@$(PG) demo
 
 bench: deps venv ## benchmarks (ratios against a baseline measured in the same run)
 	@$(PY) bench/run.py

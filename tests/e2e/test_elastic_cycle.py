@@ -52,10 +52,9 @@ def _done(pg: ProvingGround, job: int) -> str | None:
     return state if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL") else None
 
 
-def _run_two_node_job(pg: ProvingGround, partition: str, nodes: str, names: list[str]) -> float:
-    out = SHARED / f"e2e-{partition}-%j.out"
-    started = time.monotonic()
-    job = submit(
+def _submit_srun_hostname(pg: ProvingGround, partition: str, nodes: str, out: Path) -> int:
+    """``sbatch -N2 --wrap 'srun hostname'`` on ``nodes``, output on the shared directory."""
+    return submit(
         pg,
         "-p",
         partition,
@@ -67,6 +66,12 @@ def _run_two_node_job(pg: ProvingGround, partition: str, nodes: str, names: list
         "--wrap",
         "srun hostname",
     )
+
+
+def _run_two_node_job(pg: ProvingGround, partition: str, nodes: str, names: list[str]) -> float:
+    out = SHARED / f"e2e-{partition}-%j.out"
+    started = time.monotonic()
+    job = _submit_srun_hostname(pg, partition, nodes, out)
     seen = wait_for("two pods", lambda: all(n in pods(pg) for n in names) or None, 60)
     del seen
     state = wait_for(f"job {job} to finish", lambda: _done(pg, job), 180, every=1)
@@ -99,18 +104,7 @@ def test_two_jobs_on_two_pools_at_once(proving_ground: ProvingGround, use: Use) 
     jobs = {}
     for partition, nodes in (("cpu", "cpu-[2-3]"), ("big", "big-[0-1]")):
         out = SHARED / f"e2e-two-{partition}-%j.out"
-        jobs[partition] = submit(
-            pg,
-            "-p",
-            partition,
-            "-N2",
-            "-w",
-            nodes,
-            f"--output={out}",
-            "--chdir=/tmp",
-            "--wrap",
-            "srun hostname",
-        )
+        jobs[partition] = _submit_srun_hostname(pg, partition, nodes, out)
     for partition, job in jobs.items():
         state = wait_for(f"{partition} job", lambda job=job: _done(pg, job), 180, every=1)
         assert state == "COMPLETED"

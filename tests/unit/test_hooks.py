@@ -56,14 +56,18 @@ class Site:
         (self.hooks / "hooks.env").write_text(text + "IGNORED=1\necho not executed\n")
 
     def run(
-        self, name: str, *args: str, resume_file: str | None = None
+        self, name: str, *args: str, resume_file: str | None = None, stderr_closed: bool = False
     ) -> subprocess.CompletedProcess[str]:
         """Run a hook the way slurmctld does: argv = hostlist, only PWD/SHLVL/SLURM_CONF set."""
         env = {"PWD": str(self.root), "SHLVL": "1", "SLURM_CONF": "/etc/slurm/slurm.conf"}
         if resume_file is not None:
             env["SLURM_RESUME_FILE"] = resume_file
+        if stderr_closed:  # slurmctld starts its programs with fd 2 closed
+            argv = ["/bin/sh", "-c", '"$0" "$@" 2>&-', str(self.hooks / name), *args]
+        else:
+            argv = [str(self.hooks / name), *args]
         return subprocess.run(
-            [str(self.hooks / name), *args],
+            argv,
             env=env,
             cwd=self.root,
             capture_output=True,
@@ -129,6 +133,15 @@ def test_resume_sends_hostlist_and_resume_file_contents(site: Site, fake: FakeUs
     assert f"request_id={request_id} hostlist=c[1-2] result=ok nodes=1 ok=1" in line
     assert line in done.stderr
     assert site.scontrol_calls() == []
+
+
+@pytest.mark.usefixtures("server")
+def test_resume_with_stderr_closed_succeeds_and_logs(site: Site, fake: FakeUseCases) -> None:
+    done = site.run("resume", "c[1-2]", stderr_closed=True)
+    assert done.returncode == 0
+    assert len(fake.calls) == 1
+    [line] = site.log_lines()
+    assert "hostlist=c[1-2]" in line and "result=ok" in line
 
 
 @pytest.mark.usefixtures("server")

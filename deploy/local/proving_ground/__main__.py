@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 
+from .demo import run_demo
 from .ground import down, status, up
 from .layout import Layout
 from .processes import ProvingGroundError
@@ -34,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "up":
             up(layout)
+        elif args.command == "demo":
+            return run_demo(layout)
         elif args.command == "down":
             down(layout)
         else:

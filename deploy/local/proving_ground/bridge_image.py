@@ -15,10 +15,15 @@ import logging
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from .images import DEBIAN_MIRROR, ImageRecipe, _layer_from_tree, _packages, _write_docker_archive
+from .images import (
+    ImageRecipe,
+    _layer_from_tree,
+    _write_docker_archive,
+    debootstrap,
+    drop_apt_caches,
+)
 from .layout import Layout, repo_root
 from .processes import ProvingGroundError, run
 
@@ -125,24 +130,9 @@ def _build_bridge_archive(layout: Layout, reference: str, out: Path) -> None:
         log.info("building wheels of the bridge and its dependencies")
         _build_wheels(wheels, scratch)
         root = scratch / "root"
-        packages = ",".join(_packages(_recipe_dir() / "packages.txt"))
-        log.info("debootstrap bookworm with %s (about a minute)", packages)
-        started = time.monotonic()
-        run(
-            [
-                "debootstrap",
-                "--variant=minbase",
-                f"--include={packages}",
-                "bookworm",
-                str(root),
-                DEBIAN_MIRROR,
-            ],
-            timeout_s=1200,
-        )
-        log.info("debootstrap done in %.0fs", time.monotonic() - started)
+        debootstrap(root, _recipe_dir() / "packages.txt")
         _install_offline(root, wheels)
-        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
-            shutil.rmtree(root / junk, ignore_errors=True)
+        drop_apt_caches(root)
         for directory in (
             "var/spool/slurmctld",
             "var/log/slurm",

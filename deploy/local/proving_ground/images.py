@@ -61,6 +61,30 @@ def _packages(path: Path) -> list[str]:
     return [line for line in lines if line]
 
 
+def debootstrap(root: Path, packages_file: Path) -> None:
+    """A minimal Debian bookworm root at ``root`` with the packages listed in ``packages_file``."""
+    packages = ",".join(_packages(packages_file))
+    log.info("debootstrap bookworm with %s (about a minute)", packages)
+    started = time.monotonic()
+    run(
+        [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={packages}",
+            "bookworm",
+            str(root),
+            DEBIAN_MIRROR,
+        ],
+        timeout_s=1200,
+    )
+    log.info("debootstrap done in %.0fs", time.monotonic() - started)
+
+
+def drop_apt_caches(root: Path) -> None:
+    for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
+        shutil.rmtree(root / junk, ignore_errors=True)
+
+
 def _layer_from_tree(root: Path, out: Path) -> None:
     # GNU tar keeps device nodes, hard links and numeric owners exactly as debootstrap made them.
     run(["tar", "--numeric-owner", "-C", str(root), "-cf", str(out), "."], timeout_s=600)
@@ -108,23 +132,8 @@ def _build_slurmd_archive(layout: Layout, recipe: ImageRecipe, out: Path) -> Non
     recipe_dir = repo_root() / "deploy" / "images" / "slurmd"
     with tempfile.TemporaryDirectory(prefix="skb-rootfs-", dir=layout.images) as tmp:
         root = Path(tmp) / "root"
-        packages = ",".join(_packages(recipe_dir / "packages.txt"))
-        log.info("debootstrap bookworm with %s (about a minute)", packages)
-        started = time.monotonic()
-        run(
-            [
-                "debootstrap",
-                "--variant=minbase",
-                f"--include={packages}",
-                "bookworm",
-                str(root),
-                DEBIAN_MIRROR,
-            ],
-            timeout_s=1200,
-        )
-        log.info("debootstrap done in %.0fs", time.monotonic() - started)
-        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
-            shutil.rmtree(root / junk, ignore_errors=True)
+        debootstrap(root, recipe_dir / "packages.txt")
+        drop_apt_caches(root)
         (root / "var/spool/slurmd").mkdir(parents=True, exist_ok=True)
         entry = root / "usr/local/bin/slurmd-entrypoint"
         shutil.copy(recipe_dir / "entrypoint.sh", entry)

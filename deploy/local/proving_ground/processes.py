@@ -6,6 +6,7 @@ Every daemon we start is recorded in ``.local/state.json`` with its PID and star
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import logging
@@ -24,6 +25,15 @@ log = logging.getLogger(__name__)
 #: Daemons started by this process. Holding the Popen objects keeps Python from warning that a
 #: child is "still running" when they are collected; ``stop_daemon`` reaps through them.
 _children: dict[int, subprocess.Popen[bytes]] = {}
+
+
+@atexit.register
+def _hand_over_children() -> None:
+    # The daemons outlive us on purpose (state.json has their PIDs, `down` stops them): tell
+    # Popen not to warn about them at exit.
+    for child in _children.values():
+        if child.poll() is None:
+            child.returncode = 0
 
 
 class ProvingGroundError(RuntimeError):

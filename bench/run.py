@@ -1,0 +1,192 @@
+"""`make bench`: the bridge's numbers, each as a ratio against a baseline measured in the same run.
+
+1. hook: a real resume hook (sh wrapper, Python, gRPC over a Unix socket to a real server with a
+   no-op use case) vs. the baseline of starting the same Python and importing grpc.
+2. hostlist: our expand() in-process vs. `scontrol show hostnames` for the same expression.
+3. pod creation (needs the proving ground, started if absent): the bridge's PodGateway creating
+   64 pods on kwok nodes with create_concurrency=16 vs. the same with 1 (sequential).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "deploy" / "local"))
+
+from bridge.api import build_server
+from bridge.domain.hostlist import expand
+from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
+
+PYTHON = str(ROOT / ".venv" / "bin" / "python")
+
+
+def median_s(fn: Callable[[], object], runs: int) -> float:
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+class NoOp:
+    """A use case that answers at once: the hook's cost without Kubernetes."""
+
+    def resume(self, hostlist: str, resume_file: str, request_id: str) -> list[NodeResult]:
+        return [NodeResult(n, Outcome.OK, ErrorClass.NONE) for n in expand(hostlist)]
+
+    def suspend(self, hostlist: str, request_id: str) -> list[NodeResult]:
+        return self.resume(hostlist, "", request_id)
+
+    def resume_failed(self, hostlist: str, request_id: str) -> list[NodeResult]:
+        return self.resume(hostlist, "", request_id)
+
+    def node_event(
+        self, kind: str, hostlist: str, reason: str, request_id: str
+    ) -> list[NodeResult]:
+        return self.resume(hostlist, "", request_id)
+
+    def list_nodes(self, hostlist: str) -> list[NodeStatus]:
+        return []
+
+
+def bench_hook(runs: int = 20) -> tuple[float, float]:
+    with tempfile.TemporaryDirectory(prefix="skb-bench-") as tmp:
+        socket_path = f"{tmp}/bridge.sock"
+        server = build_server(NoOp(), unix_socket=socket_path)
+        server.start()
+        try:
+            hooks = Path(tmp) / "slurm_plugins"
+            hooks.mkdir()
+            for name in ("resume", "hook.sh"):
+                (hooks / name).write_bytes((ROOT / "slurm_plugins" / name).read_bytes())
+                (hooks / name).chmod(0o755)
+            (hooks / "hooks.env").write_text(
+                f"SKB_PYTHON={PYTHON}\nSKB_SOCKET=unix:{socket_path}\nSKB_HOOK_LOG=\n"
+            )
+            resume_file = Path(tmp) / "resume.json"
+            resume_file.write_text(
+                '{"jobs":[{"job_id":1,"nodes":"cpu-[0-2]"}],"all_nodes":"cpu-[0-2]"}'
+            )
+            env = {
+                "PWD": "/",
+                "SHLVL": "1",
+                "SLURM_RESUME_FILE": str(resume_file),
+                "PYTHONPATH": str(ROOT),
+            }
+
+            def hook() -> None:
+                subprocess.run(
+                    [str(hooks / "resume"), "cpu-[0-2]"],
+                    env=env,
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+
+            def baseline() -> None:
+                subprocess.run([PYTHON, "-P", "-s", "-c", "import grpc"], check=True)
+
+            hook()  # warm the page cache once for both
+            return median_s(hook, runs), median_s(baseline, runs)
+        finally:
+            server.stop(0)
+
+
+def bench_hostlist(runs: int = 10) -> tuple[float, float] | None:
+    scontrol = "/usr/bin/scontrol"
+    if not os.path.exists(scontrol):
+        return None
+    expression = "rack[0-9]-node[0000-1999]"
+    with tempfile.TemporaryDirectory(prefix="skb-bench-") as tmp:
+        conf = Path(tmp) / "slurm.conf"
+        conf.write_text("ClusterName=bench\nSlurmctldHost=localhost\n")
+        env = {**os.environ, "SLURM_CONF": str(conf)}
+        ours = median_s(lambda: expand(expression), runs)
+        theirs = median_s(
+            lambda: subprocess.run(
+                [scontrol, "show", "hostnames", expression],
+                env=env,
+                check=True,
+                capture_output=True,
+            ),
+            runs,
+        )
+    return ours, theirs
+
+
+def bench_pod_creation(count: int = 64) -> tuple[float, float]:
+    from proving_ground import ground
+    from proving_ground.bridge_daemon import bridge_kubeconfig
+    from proving_ground.layout import Layout
+
+    from bridge.adapters.kubernetes import PodGateway
+    from bridge.config import load_config
+    from bridge.domain.pod_rendering import render_pod
+
+    layout = Layout.default()
+    if not ground.healthy(layout):
+        ground.up(layout)
+    config = load_config(str(ROOT / "deploy" / "local" / "bridge.yaml"))
+    pool = config.pools.by_name("sim")
+    assert pool is not None
+    settings = config.pod_settings()
+    results = []
+    for concurrency in (16, 1):
+        gateway = PodGateway.connect(
+            kubeconfig=str(bridge_kubeconfig(layout)),
+            context=None,
+            namespace=config.kubernetes.namespace,
+            cluster_name="bench",
+            concurrency=concurrency,
+        )
+        names = [f"sim-{i}" for i in range(count)]
+        manifests = []
+        for name in names:
+            manifest = render_pod(pool, name, settings)
+            manifest["metadata"]["name"] = f"bench-{name}"
+            manifest["metadata"]["labels"]["slurm-k8s-bridge.io/cluster"] = "bench"
+            manifests.append(manifest)
+        started = time.perf_counter()
+        created = gateway.create_pods(manifests)
+        results.append(time.perf_counter() - started)
+        assert all(v is True for v in created.values()), created
+        gateway.delete_pods([m["metadata"]["name"] for m in manifests])
+        gateway.close()
+        time.sleep(2)
+    return results[0], results[1]
+
+
+def main() -> int:
+    print("slurm-k8s-bridge benchmarks (medians; ratios against a baseline from the same run)\n")
+    hook, python_grpc = bench_hook()
+    print(
+        f"hook: resume hook round trip {hook * 1000:.0f} ms; baseline python+import grpc "
+        f"{python_grpc * 1000:.0f} ms; ratio {hook / python_grpc:.2f}x"
+    )
+    hostlist = bench_hostlist()
+    if hostlist:
+        ours, theirs = hostlist
+        print(
+            f"hostlist: expand 20,000 names {ours * 1000:.1f} ms; baseline scontrol show "
+            f"hostnames {theirs * 1000:.1f} ms; ratio {ours / theirs:.2f}x"
+        )
+    fast, sequential = bench_pod_creation()
+    print(
+        f"pods: create 64 with concurrency 16 {fast:.2f} s; baseline concurrency 1 "
+        f"{sequential:.2f} s; ratio {fast / sequential:.2f}x ({sequential / fast:.1f}x faster)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
