@@ -1,4 +1,4 @@
-"""``python -m proving_ground {up,down,status}``."""
+"""``python -m proving_ground {up,down,status,demo}``."""
 
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "command",
-        choices=("up", "down", "status"),
-        help="up: start (idempotent); down: stop what up started; status: show it",
+        choices=("up", "down", "status", "demo"),
+        help="up: start (idempotent); down: stop what up started; status: show it; "
+        "demo: up, then a small workload whose jobs scale slurmd pods up and down",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log every step")
     args = parser.parse_args(argv)
