@@ -24,7 +24,9 @@ def test_down_leaves_nothing_and_up_again_is_warm(proving_ground: ProvingGround)
     ground.down(pg.layout)
     down_s = time.monotonic() - started
     left = ground.leftovers(pg.layout)
-    assert left == {"processes": [], "mounts": [], "interfaces": [], "netns": []}, left
+    assert left == {"processes": [], "mounts": [], "interfaces": [], "netns": [], "iptables": []}, (
+        left
+    )
     assert not os.path.exists("/run/slurm-k8s-bridge")
     assert "slurm-k8s-bridge proving ground" not in Path("/etc/hosts").read_text()
 

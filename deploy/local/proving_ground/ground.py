@@ -233,6 +233,9 @@ def down(layout: Layout) -> None:
         if (layout.kubernetes_bin / "kube-proxy").exists():
             # Removes the KUBE-* iptables chains kube-proxy made.
             run([str(layout.kubernetes_bin / "kube-proxy"), "--cleanup"], check=False)
+        if state.data.get("kubelet_started"):
+            network.remove_kube_chains()
+            state.data.pop("kubelet_started", None)
     with Step("unmounting, removing network namespaces and the bridge"):
         points = network.unmount_all(
             layout.kubelet_root,
@@ -275,6 +278,7 @@ def leftovers(layout: Layout) -> dict[str, list[str]]:
         ),
         "interfaces": [BRIDGE_NAME] if network.bridge_exists() else [],
         "netns": sorted(_netns() - before),
+        "iptables": network.kube_chains(),
     }
 
 

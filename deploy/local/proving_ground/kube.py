@@ -249,6 +249,7 @@ def start_real_node(layout: Layout, state: State) -> None:
     kubelet_config = layout.local / "kubelet.json"
     kubelet_config.write_text(_kubelet_config(layout))
     layout.kubelet_root.mkdir(parents=True, exist_ok=True)
+    state.data["kubelet_started"] = True
     start_daemon(
         state,
         "kubelet",

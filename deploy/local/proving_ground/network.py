@@ -89,3 +89,40 @@ def unmount_all(*prefixes: Path) -> list[str]:
         if run(["umount", point], check=False).returncode != 0:
             run(["umount", "-l", point], check=False)
     return points
+
+
+def kube_chains() -> list[str]:
+    """KUBE-* chains present, as ``tool/table/chain``."""
+    found = []
+    for tool in ("iptables", "ip6tables"):
+        for table in ("filter", "nat", "mangle"):
+            listing = run([tool, "-t", table, "-S"], check=False).stdout.splitlines()
+            found += [
+                f"{tool}/{table}/{line.split()[1]}"
+                for line in listing
+                if line.startswith("-N KUBE-")
+            ]
+    return found
+
+
+def remove_kube_chains() -> list[str]:
+    """Remove the KUBE-* iptables chains our kubelet left (kube-proxy --cleanup removes its own).
+
+    Only called by `down` after stopping the kubelet and kube-proxy that `up` started; returns
+    what was removed, as ``tool/table/chain``.
+    """
+    removed = []
+    for tool in ("iptables", "ip6tables"):
+        for table in ("filter", "nat", "mangle"):
+            listing = run([tool, "-t", table, "-S"], check=False).stdout.splitlines()
+            chains = [line.split()[1] for line in listing if line.startswith("-N KUBE-")]
+            for line in listing:  # rules that jump into those chains, from any chain
+                parts = line.split()
+                if parts[:1] == ["-A"] and "-j" in parts and parts[parts.index("-j") + 1] in chains:
+                    run([tool, "-t", table, "-D", *parts[1:]], check=False)
+            for chain in chains:
+                run([tool, "-t", table, "-F", chain], check=False)
+            for chain in chains:
+                if run([tool, "-t", table, "-X", chain], check=False).returncode == 0:
+                    removed.append(f"{tool}/{table}/{chain}")
+    return removed
