@@ -66,6 +66,10 @@ class PodPort(Protocol):
         self, names: Sequence[str]
     ) -> Mapping[str, bool | BackendError | InvalidInput]: ...
 
+    def record_event(
+        self, pod: str, reason: str, message: str, *, warning: bool = False
+    ) -> None: ...
+
 
 def _error_class(error: BridgeError) -> ErrorClass:
     if isinstance(error, NoCapacity):
@@ -175,6 +179,11 @@ class BridgeService:
                 log.error("request %s: create pod %s failed: %s", request_id, node, result)
             else:
                 results.append(NodeResult(node, Outcome.OK))
+                if result:
+                    job_ids = ",".join(map(str, jobs.get(node, []))) or "-"
+                    self.pods.record_event(
+                        node, "SlurmResume", f"Slurm resumed node {node} (jobs {job_ids})"
+                    )
                 log.info(
                     "request %s: pod %s %s (jobs %s)",
                     request_id,
@@ -257,6 +266,10 @@ class BridgeService:
                 down_by_reason[action.reason].append(action.node)
         for reason, nodes in down_by_reason.items():
             self._mark_down(nodes, reason)
+            for node in nodes:
+                self.pods.record_event(
+                    node, "SlurmNodeDown", f"Slurm node {node} set DOWN: {reason}", warning=True
+                )
         deletes = [a for a in actions if isinstance(a, DeletePod)]
         for action in deletes:
             log.info("reconcile: delete pod %s: %s", action.node, action.why)

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import urllib3
@@ -246,6 +247,36 @@ class PodGateway:
                 return False
             raise
         return True
+
+    def record_event(self, pod: str, reason: str, message: str, *, warning: bool = False) -> None:
+        """An Event about ``pod`` (``kubectl describe pod`` / ``get events`` show it).
+
+        Best effort: a lost Event must never fail the operation it describes.
+        """
+        now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{pod}.", "namespace": self.namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": pod,
+                "namespace": self.namespace,
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": MANAGED_BY},
+            "reportingComponent": MANAGED_BY,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self._api.create_namespaced_event(self.namespace, event, _request_timeout=self._timeout)
+        except _TRANSPORT_ERRORS as e:
+            log.warning("event %s for pod %s not recorded: %s", reason, pod, _translate(e, "event"))
 
     def create_pods(
         self, manifests: Sequence[Mapping[str, Any]]

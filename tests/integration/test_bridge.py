@@ -246,6 +246,18 @@ def test_pod_that_cannot_run_fails_fast_with_the_kubernetes_reason(
     assert elapsed < 30, "fail fast: well before ResumeTimeout (180 s here)"
     wait_for("job requeued", lambda: job_state(pg, job) == "PENDING" or None, 20)
     wait_for("pod removed", lambda: nodes not in pods(pg) or None, 30)
+    events = pg.kubectl(
+        "-n",
+        "slurm",
+        "get",
+        "events",
+        f"--field-selector=involvedObject.name={nodes}",
+        "-o",
+        "jsonpath={range .items[*]}{.reason}|{.message}{'\\n'}{end}",
+    )
+    assert any(
+        line.startswith("SlurmNodeDown|") and reason_kind in line for line in events.splitlines()
+    ), events
 
 
 def test_status_lists_slurm_and_pod_side_by_side(proving_ground: ProvingGround, use: Use) -> None:

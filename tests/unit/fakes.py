@@ -88,6 +88,7 @@ class FakePods:
         self.journal = journal if journal is not None else []
         self.create_errors: dict[str, BackendError | InvalidInput] = {}
         self.delete_errors: dict[str, BackendError | InvalidInput] = {}
+        self.events: list[tuple[str, str, str, bool]] = []
         #: Every create and delete asked for, in order, whatever its outcome.
         self.create_calls: list[str] = []
         self.delete_calls: list[str] = []
@@ -145,6 +146,9 @@ class FakePods:
                 self.pods[name] = pod_view(stored)
                 results[name] = True
         return results
+
+    def record_event(self, pod: str, reason: str, message: str, *, warning: bool = False) -> None:
+        self.events.append((pod, reason, message, warning))
 
     def delete_pods(self, names: Sequence[str]) -> dict[str, bool | BackendError | InvalidInput]:
         results: dict[str, bool | BackendError | InvalidInput] = {}

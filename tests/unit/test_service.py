@@ -93,6 +93,28 @@ def test_resume_creates_one_labelled_pod_per_node() -> None:
     assert w.slurm.updates == []
 
 
+def test_resume_records_an_event_per_created_pod_only() -> None:
+    w = World()
+    w.service.resume("cpu-0", '{"jobs":[{"job_id":7,"nodes":"cpu-0"}]}', "r1")
+    w.service.resume("cpu-0", "", "r2")  # exists already: no second event
+    assert w.pods.events == [
+        ("cpu-0", "SlurmResume", "Slurm resumed node cpu-0 (jobs 7)", False),
+    ]
+
+
+def test_failed_nodes_get_a_warning_event_naming_the_reason() -> None:
+    w = World(cloud("cpu-0", "ALLOCATED", "POWERING_UP"))
+    w.service.execute([MarkDown("cpu-0", "k8s: ErrImagePull: no such image")])
+    assert w.pods.events == [
+        (
+            "cpu-0",
+            "SlurmNodeDown",
+            "Slurm node cpu-0 set DOWN: k8s: ErrImagePull: no such image",
+            True,
+        ),
+    ]
+
+
 def test_resume_repeated_creates_nothing_new() -> None:
     w = World()
     first = w.service.resume("cpu-[0-1]", "", "r1")
