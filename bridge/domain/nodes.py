@@ -57,6 +57,11 @@ class SlurmNode:
         return "POWERING_DOWN" in self.flags
 
     @property
+    def power_down_queued(self) -> bool:
+        """POWER_DOWN: Slurm will power the node down (at once if idle, after its job if busy)."""
+        return "POWER_DOWN" in self.flags
+
+    @property
     def is_down(self) -> bool:
         return self.state == "DOWN"
 

@@ -129,6 +129,10 @@ def plan_node(
             return [CreatePod(node.name, pool, "Slurm node is powering up and has no pod")]
         return []
     if pod is None:
+        if node.power_down_queued:
+            # E.g. right after our own power_down_force: Slurm is about to power it down, and
+            # no job needs a slurmd there; calling it PodMissing would overwrite the real reason.
+            return []
         return _fail(
             node, None, "PodMissing", f"no pod for node {node.name}; Slurm thinks it is up"
         )

@@ -228,6 +228,12 @@ CASES = [
     ),
     # -- node up, no pod: DOWN with PodMissing, power down -------------------------------------
     Case(
+        "idle+power-down-queued+no-pod:leave-it",
+        [node("cpu-0", "IDLE", "POWER_DOWN", reason=OURS, since_s=1)],
+        [],
+        [],
+    ),
+    Case(
         "up+no-pod:pod-missing",
         [node("cpu-0", "IDLE")],
         [],
