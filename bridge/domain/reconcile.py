@@ -93,25 +93,32 @@ def _fail(node: SlurmNode, pod: PodView | None, kind: str, message: str) -> list
     return actions
 
 
+def _plan_powering_down(
+    node: SlurmNode, pod: PodView | None, now: datetime, guards: Guards
+) -> list[Action]:
+    """A node Slurm powered (or is powering) down: its pod goes; a failed node is held DOWN."""
+    pod_settled = pod is not None and _older_than(pod.created_at, now, guards.pod_age_guard)
+    actions: list[Action] = []
+    if pod is not None and not pod.deleting and pod_settled:
+        state = "powered down" if node.is_powered_down else "powering down"
+        actions.append(DeletePod(node.name, f"Slurm node is {state}"))
+    held = not _older_than(node.reason_since, now, guards.failed_node_hold)
+    if node.is_powered_down and node.has_our_reason and pod is None:
+        if node.is_down and not held:
+            actions.append(ResumeNode(node.name, f"held DOWN for {guards.failed_node_hold}"))
+        elif not node.is_down and held:
+            # power_down_force clears DOWN; hold the failed node DOWN (visible in sinfo -R,
+            # and a pause before Slurm retries it) for the rest of failed_node_hold.
+            actions.append(MarkDown(node.name, node.reason))
+    return actions
+
+
 def plan_node(
     node: SlurmNode, pod: PodView | None, pool: str, now: datetime, guards: Guards
 ) -> list[Action]:
     """The actions for one node that a pool owns and Slurm knows."""
-    pod_settled = pod is not None and _older_than(pod.created_at, now, guards.pod_age_guard)
     if node.is_powered_down or node.is_powering_down:
-        actions: list[Action] = []
-        if pod is not None and not pod.deleting and pod_settled:
-            state = "powered down" if node.is_powered_down else "powering down"
-            actions.append(DeletePod(node.name, f"Slurm node is {state}"))
-        held = not _older_than(node.reason_since, now, guards.failed_node_hold)
-        if node.is_powered_down and node.has_our_reason and pod is None:
-            if node.is_down and not held:
-                actions.append(ResumeNode(node.name, f"held DOWN for {guards.failed_node_hold}"))
-            elif not node.is_down and held:
-                # power_down_force clears DOWN; hold the failed node DOWN (visible in sinfo -R,
-                # and a pause before Slurm retries it) for the rest of failed_node_hold.
-                actions.append(MarkDown(node.name, node.reason))
-        return actions
+        return _plan_powering_down(node, pod, now, guards)
     if node.is_down:
         if not node.has_our_reason:
             return []  # an admin's DOWN: not ours to touch

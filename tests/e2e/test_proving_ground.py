@@ -9,7 +9,14 @@ import time
 
 import pytest
 
-from tests.cluster import node, reset_nodes, wait_for, wait_idle_powered_down
+from tests.cluster import (
+    job_state,
+    node,
+    reset_nodes,
+    submit,
+    wait_for,
+    wait_idle_powered_down,
+)
 from tests.conftest import ProvingGround
 
 pytestmark = pytest.mark.e2e
@@ -95,12 +102,25 @@ def test_slurmd_pod_registers_and_srun_reaches_it(proving_ground: ProvingGround)
         out = pg.slurm("srun", "--chdir=/tmp", "-p", "stray", "-w", NODE, "hostname", timeout=60)
         assert out.strip() == NODE
 
-        # What Slurm shows when a registered node's pod disappears (informs the bridge's design).
+        # What Slurm shows when a busy registered node's pod disappears (informs the bridge's
+        # design: Slurm alone takes SlurmdTimeout to notice, so the bridge must tell it).
+        job = submit(
+            pg,
+            "-p",
+            "stray",
+            "-w",
+            NODE,
+            "--chdir=/tmp",
+            "--output=/dev/null",
+            "--wrap",
+            "sleep 300",
+        )
+        wait_for("job running", lambda: job_state(pg, job) == "RUNNING" or None, 60)
         deleted = time.monotonic()
         pg.kubectl("-n", "slurm", "delete", "pod", NODE, "--grace-period=0", "--force")
         timeline = []
         last = ""
-        while time.monotonic() - deleted < 75:
+        while time.monotonic() - deleted < 120:
             fields = node(pg, NODE)
             now = f"{fields['State']} {fields.get('Reason', '')}".strip()
             if now != last:
@@ -109,8 +129,10 @@ def test_slurmd_pod_registers_and_srun_reaches_it(proving_ground: ProvingGround)
             if fields["State"].startswith("DOWN"):
                 break
             time.sleep(1)
-        print("after deleting the pod of a registered node:\n  " + "\n  ".join(timeline))
-        assert any("NOT_RESPONDING" in line for line in timeline)
+        print("after deleting the pod of a busy registered node:\n  " + "\n  ".join(timeline))
+        assert any("NOT_RESPONDING" in line for line in timeline), timeline
+        assert timeline[-1].split()[1].startswith("DOWN"), timeline
+        pg.slurm("scancel", str(job), check=False)
     finally:
         pg.kubectl("-n", "slurm", "delete", "pod", NODE, "--ignore-not-found", "--wait=false")
         pg.slurm("scontrol", "update", f"nodename={NODE}", "state=power_down_force", check=False)
