@@ -194,12 +194,19 @@ class BridgeClient:
         """Run ``rpc(timeout)``, retrying UNAVAILABLE within the overall deadline."""
         deadline = time.monotonic() + self.timeout_s
         attempt = 0
+        delivered = False  # whether any attempt may have reached the bridge
         while True:
             attempt += 1
             remaining = deadline - time.monotonic()
             try:
                 return rpc(max(remaining, 0.001))
             except grpc.RpcError as e:
+                error = _error_from_rpc(e, self.target, attempt)
+                delivered = (
+                    delivered
+                    or not isinstance(error, BridgeUnreachable)
+                    or isinstance(error, BridgeNoAnswer)
+                )
                 pause = _BACKOFF_S[min(attempt, len(_BACKOFF_S)) - 1]
                 retry = (
                     e.code() == grpc.StatusCode.UNAVAILABLE
@@ -207,7 +214,10 @@ class BridgeClient:
                     and deadline - time.monotonic() > pause
                 )
                 if not retry:
-                    raise _error_from_rpc(e, self.target, attempt) from e
+                    # A bridge that died mid-call refuses the retries: still "no answer".
+                    if delivered and type(error) is BridgeUnreachable:
+                        raise BridgeNoAnswer(str(error), error.details) from e
+                    raise error from e
                 time.sleep(pause)
 
 

@@ -9,8 +9,8 @@ The cases (node = Slurm's view, pod = ours):
 =========================================  ======================================================
 node powered down or powering down, pod    delete the pod once older than the age guard
 node powering up, no pod                   create it (a Resume we missed, e.g. bridge was down)
-node powering up or up, pod failed         DOWN with ``k8s: <Reason>: <message>``, delete pod,
-                                           power down (fail fast instead of ResumeTimeout)
+node powering up or up, pod failed         DOWN with ``k8s: <Reason>: <message>``, delete pod
+                                           (fail fast: Slurm requeues the job at once)
 node up, no pod                            DOWN with ``k8s: PodMissing``, power down
 node DOWN (our reason), not powered down   delete the pod if any, power down
 node powered down + DOWN with our reason   resume it to ``idle~`` after the hold time
@@ -88,8 +88,8 @@ def _fail(node: SlurmNode, pod: PodView | None, kind: str, message: str) -> list
         actions.append(MarkDown(node.name, reason))
     if pod is not None and not pod.deleting:
         actions.append(DeletePod(node.name, f"{kind}: {message}"))
-    if not (node.is_powered_down or node.is_powering_down):
-        actions.append(PowerDown(node.name, f"{kind}: pod cannot serve the node"))
+    # No power down yet: power_down_force clears DOWN and the reason, so the node is held DOWN
+    # (visible in sinfo -R, a pause before Slurm retries it) and powered down after the hold.
     return actions
 
 
@@ -103,13 +103,8 @@ def _plan_powering_down(
         state = "powered down" if node.is_powered_down else "powering down"
         actions.append(DeletePod(node.name, f"Slurm node is {state}"))
     held = not _older_than(node.reason_since, now, guards.failed_node_hold)
-    if node.is_powered_down and node.has_our_reason and pod is None:
-        if node.is_down and not held:
-            actions.append(ResumeNode(node.name, f"held DOWN for {guards.failed_node_hold}"))
-        elif not node.is_down and held:
-            # power_down_force clears DOWN; hold the failed node DOWN (visible in sinfo -R,
-            # and a pause before Slurm retries it) for the rest of failed_node_hold.
-            actions.append(MarkDown(node.name, node.reason))
+    if node.is_powered_down and node.is_down and node.has_our_reason and pod is None and not held:
+        actions.append(ResumeNode(node.name, f"held DOWN for {guards.failed_node_hold}"))
     return actions
 
 
@@ -122,11 +117,14 @@ def plan_node(
     if node.is_down:
         if not node.has_our_reason:
             return []  # an admin's DOWN: not ours to touch
-        # Finish a fail-fast that stopped at the DOWN (resume's NoCapacity path marks DOWN only;
-        # a PowerDown may have failed): without a power down the node sits in down#/down until
-        # ResumeTimeout, or for good when it was up.
-        steps = _fail(node, pod, "Down", node.reason.removeprefix(REASON_PREFIX))
-        return [a for a in steps if not isinstance(a, MarkDown)]
+        actions: list[Action] = []
+        if pod is not None and not pod.deleting:
+            actions.append(DeletePod(node.name, f"Down: {node.reason.removeprefix(REASON_PREFIX)}"))
+        elif pod is None and _older_than(node.reason_since, now, guards.failed_node_hold):
+            # Held long enough: without a power down the node would sit in down#/down until
+            # ResumeTimeout, or for good when it was up; powered down it returns to idle~.
+            actions.append(PowerDown(node.name, f"held DOWN for {guards.failed_node_hold}"))
+        return actions
     if node.is_powering_up and pod is not None and pod.deleting and pod.failure == TERMINATING:
         return []  # the previous cycle's pod is still terminating: create once it is gone
     if pod is not None and pod.failure is not None:

@@ -92,15 +92,15 @@ class Case:
 
 
 def held(name: str, reason: str) -> list[Action]:
-    """The pass after a fail-fast: power_down_force cleared DOWN, so hold the node DOWN."""
-    return [MarkDown(name, reason)]
+    """The pass after a fail-fast: the node is held DOWN, nothing to do until the hold ends."""
+    del name, reason
+    return []
 
 
 def fail_fast(name: str, failure: PodFailure, *, delete: bool = True) -> list[Action]:
     actions: list[Action] = [MarkDown(name, f"k8s: {failure.reason}: {failure.message}")]
     if delete:
         actions.append(DeletePod(name, f"{failure.reason}: {failure.message}"))
-    actions.append(PowerDown(name, f"{failure.reason}: pod cannot serve the node"))
     return actions
 
 
@@ -237,10 +237,7 @@ CASES = [
         "up+no-pod:pod-missing",
         [node("cpu-0", "IDLE")],
         [],
-        [
-            MarkDown("cpu-0", "k8s: PodMissing: no pod for node cpu-0; Slurm thinks it is up"),
-            PowerDown("cpu-0", "PodMissing: pod cannot serve the node"),
-        ],
+        [MarkDown("cpu-0", "k8s: PodMissing: no pod for node cpu-0; Slurm thinks it is up")],
         then=held("cpu-0", "k8s: PodMissing: no pod for node cpu-0; Slurm thinks it is up"),
     ),
     # -- node DOWN ------------------------------------------------------------------------------
@@ -258,34 +255,38 @@ CASES = [
         [],
     ),
     Case(
-        "down-our-reason+pod:delete-and-power-down",
+        "down-our-reason+pod:delete-then-hold",
         [node("cpu-0", "DOWN", reason=OURS, since_s=5)],
         [pod("cpu-0")],
-        [
-            DeletePod("cpu-0", "Down: ErrImagePull: pull access denied"),
-            PowerDown("cpu-0", "Down: pod cannot serve the node"),
-        ],
+        [DeletePod("cpu-0", "Down: ErrImagePull: pull access denied")],
         then=held("cpu-0", OURS),
     ),
     Case(
-        "down-our-reason+pod-deleting:power-down-only",
+        "down-our-reason+pod-deleting:wait",
         [node("cpu-0", "DOWN", reason=OURS, since_s=5)],
         [pod("cpu-0", deleting=True, failure=DELETED)],
-        [PowerDown("cpu-0", "Down: pod cannot serve the node")],
+        [],
     ),
     Case(
-        # resume's NoCapacity path leaves down#: power it down instead of waiting ResumeTimeout.
-        "down#-our-reason+no-pod:power-down-no-re-create",
+        # resume's NoCapacity path leaves down#: held first, no re-create.
+        "down#-our-reason+no-pod:held-no-re-create",
         [node("cpu-0", "DOWN", "POWERING_UP", reason="k8s: NoCapacity: quota", since_s=1)],
         [],
-        [PowerDown("cpu-0", "Down: pod cannot serve the node")],
+        [],
         then=held("cpu-0", "k8s: NoCapacity: quota"),
     ),
     Case(
-        "down-our-reason-up+no-pod(power-down-failed-before):power-down",
+        # ... and once the hold is over, powered down instead of waiting for ResumeTimeout.
+        "down#-our-reason+no-pod-hold-over:power-down",
+        [node("cpu-0", "DOWN", "POWERING_UP", reason="k8s: NoCapacity: quota", since_s=31)],
+        [],
+        [PowerDown("cpu-0", "held DOWN for 0:00:30")],
+    ),
+    Case(
+        "down-our-reason-up+no-pod-hold-over:power-down",
         [node("cpu-0", "DOWN", reason=OURS, since_s=60)],
         [],
-        [PowerDown("cpu-0", "Down: pod cannot serve the node")],
+        [PowerDown("cpu-0", "held DOWN for 0:00:30")],
     ),
     # -- node powered down + DOWN with our reason: resume after the hold -----------------------
     Case(

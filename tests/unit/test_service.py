@@ -320,15 +320,12 @@ def test_reconcile_once_executes_the_plan_slurm_first_batched_by_reason() -> Non
     assert actions == [
         MarkDown("cpu-0", "k8s: ErrImagePull: pull access denied"),
         DeletePod("cpu-0", "ErrImagePull: pull access denied"),
-        PowerDown("cpu-0", "ErrImagePull: pod cannot serve the node"),
         MarkDown("cpu-1", "k8s: ErrImagePull: pull access denied"),
         DeletePod("cpu-1", "ErrImagePull: pull access denied"),
-        PowerDown("cpu-1", "ErrImagePull: pod cannot serve the node"),
         DeletePod("cpu-2", "Slurm node is powered down"),
         CreatePod("cpu-3", "cpu", "Slurm node is powering up and has no pod"),
         ResumeNode("gpu-0", "held DOWN for 0:01:00"),
         MarkDown("gpu-1", "k8s: PodMissing: no pod for node gpu-1; Slurm thinks it is up"),
-        PowerDown("gpu-1", "PodMissing: pod cannot serve the node"),
     ]
     assert w.journal == [
         "slurm down cpu-0,cpu-1",
@@ -336,7 +333,6 @@ def test_reconcile_once_executes_the_plan_slurm_first_batched_by_reason() -> Non
         "delete cpu-0",
         "delete cpu-1",
         "delete cpu-2",
-        "slurm power_down_force cpu-0,cpu-1,gpu-1",
         "slurm resume gpu-0",
         "create cpu-3",
     ]
@@ -344,16 +340,15 @@ def test_reconcile_once_executes_the_plan_slurm_first_batched_by_reason() -> Non
         ("cpu-0", "cpu-1"), "down", "k8s: ErrImagePull: pull access denied"
     )
     assert sorted(w.pods.pods) == ["cpu-3"]
-    # The failed nodes are powered down now, which cleared DOWN: they are held DOWN, batched.
-    w.journal.clear()
-    held = w.service.reconcile_once()
-    assert {a.node for a in held if isinstance(a, MarkDown)} == {"cpu-0", "cpu-1", "gpu-1"}
-    assert all(isinstance(a, MarkDown) for a in held)
-    assert w.journal == ["slurm down cpu-0,cpu-1", "slurm down gpu-1"]
-    # Level-triggered: the next pass finds nothing to do.
+    # The failed nodes are held DOWN (visible, and a pause before Slurm retries them).
     w.journal.clear()
     assert w.service.reconcile_once() == []
     assert w.journal == []
+    # After the hold they are powered down, batched, so they return to idle~.
+    w.service.clock = lambda: NOW + timedelta(minutes=2)
+    later = w.service.reconcile_once()
+    assert {a.node for a in later if isinstance(a, PowerDown)} == {"cpu-0", "cpu-1", "gpu-1"}
+    assert "slurm power_down_force cpu-0,cpu-1,gpu-1" in w.journal
 
 
 def test_reconcile_retries_a_refused_power_down_on_the_next_pass(
@@ -361,14 +356,13 @@ def test_reconcile_retries_a_refused_power_down_on_the_next_pass(
 ) -> None:
     w = World(cloud("cpu-0", "IDLE"))  # up, no pod
     w.service.execute([MarkDown("cpu-0", "k8s: PodMissing: x")])
+    w.service.clock = lambda: NOW + timedelta(minutes=2)  # the hold is over
     w.slurm.fail_next = TransientBackendError("slurmctld busy")
-    w.service.execute([PowerDown("cpu-0", "PodMissing: x")])
+    assert w.service.reconcile_once() == [PowerDown("cpu-0", "held DOWN for 0:01:00")]
     assert "reconcile: power_down_force cpu-0 failed: slurmctld busy" in caplog.text
     assert w.slurm.nodes["cpu-0"].is_down
-    assert w.service.reconcile_once() == [PowerDown("cpu-0", "Down: pod cannot serve the node")]
+    assert w.service.reconcile_once() == [PowerDown("cpu-0", "held DOWN for 0:01:00")]
     assert w.slurm.nodes["cpu-0"].is_powered_down
-    # power_down_force cleared DOWN: the failed node is held DOWN for failed_node_hold.
-    assert w.service.reconcile_once() == [MarkDown("cpu-0", "k8s: PodMissing: x")]
     assert w.service.reconcile_once() == []
 
 
