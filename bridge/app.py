@@ -7,13 +7,16 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import FrameType
+from typing import Protocol
 
-from bridge.adapters.kubernetes import PodGateway, WatchExpired
+from bridge.adapters.kubernetes import PodEvent, PodGateway, WatchExpired
 from bridge.adapters.slurm_cli import SlurmCli
 from bridge.api import TlsServerFiles, build_server
 from bridge.config import BridgeConfig
+from bridge.domain.pods import PodView
 from bridge.errors import BridgeError
 from bridge.service import BridgeService
 
@@ -86,44 +89,109 @@ class Reconciler:
             self._stop.wait(self.min_gap_s)
 
 
-class PodWatcher:
-    """Watches our pods and pokes the reconciler on every change; re-lists on 410 Gone."""
+class PodSource(Protocol):
+    """What the watcher needs from Kubernetes (``PodGateway``)."""
 
-    def __init__(self, pods: PodGateway, reconciler: Reconciler) -> None:
+    def list_pods(self) -> tuple[list[PodView], str]: ...
+
+    def watch(self, resource_version: str, timeout_s: int = 60) -> Iterator[PodEvent]: ...
+
+
+class Pokeable(Protocol):
+    """What the watcher needs from the reconciler: a nudge to run a pass soon."""
+
+    def poke(self) -> None: ...
+
+
+class PodWatcher:
+    """Lists our pods, then watches them and pokes the reconciler on every change.
+
+    Every way a watch ends leads to the same recovery: list again, poke the reconciler (the
+    list may hold changes the watch missed) and watch from the list's resourceVersion. That is
+    the server's timeout, 410 Gone, an ERROR event, a dropped connection, a malformed event, or
+    a bug in the client. Repeated failures back off exponentially, ``backoff_s`` doubling up to
+    ``max_backoff_s``; a first 410 relists at once. Only :meth:`stop` ends the loop.
+    """
+
+    def __init__(
+        self,
+        pods: PodSource,
+        reconciler: Pokeable,
+        *,
+        watch_timeout_s: int = 30,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 10.0,
+    ) -> None:
         self.pods = pods
         self.reconciler = reconciler
+        self.watch_timeout_s = watch_timeout_s
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pod-watch", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float = 0.0) -> bool:
+        """Ask the loop to end and wait up to ``wait_s`` for it; True once it has ended.
+
+        A watch blocks until its next event or its timeout, so by default this does not wait.
+        """
         self._stop.set()
+        if wait_s > 0 and self._thread.is_alive():
+            self._thread.join(timeout=wait_s)
+        return not self._thread.is_alive()
+
+    def _backoff(self, failures: int) -> float:
+        return float(min(self.backoff_s * 2 ** (failures - 1), self.max_backoff_s))
 
     def _run(self) -> None:
-        version = ""
-        backoff = 0.5
+        failures = 0  # in a row, without an event or a clean end in between
         while not self._stop.is_set():
+            version = ""
             try:
-                if not version:
-                    _, version = self.pods.list_pods()
-                for event in self.pods.watch(version, timeout_s=30):
+                listed, version = self.pods.list_pods()
+                if failures:
+                    log.info(
+                        "pod watch recovered: listed %d pod(s), watching from resourceVersion %s",
+                        len(listed),
+                        version,
+                    )
+                self.reconciler.poke()
+                for event in self.pods.watch(version, timeout_s=self.watch_timeout_s):
+                    failures = 0
                     log.debug("pod %s %s phase=%s", event.pod.name, event.kind, event.pod.phase)
                     self.reconciler.poke()
                     if self._stop.is_set():
                         return
-                backoff = 0.5
-                # A watch that ends normally is resumed from a fresh list (cheap, and simple).
-                version = ""
-            except WatchExpired:
-                log.info("pod watch expired; listing again")
-                version = ""
+                # The server ended the watch at its timeout: a fresh list is cheap, and simple.
+                failures = 0
+                continue
+            except WatchExpired as e:
+                failures += 1
+                delay = 0.0 if failures == 1 else self._backoff(failures - 1)
+                log.info(
+                    "pod watch expired at resourceVersion %s, listing again in %.2fs: %s",
+                    version or "-",
+                    delay,
+                    e,
+                )
             except BridgeError as e:
-                log.warning("pod watch failed, retrying in %.1fs: %s", backoff, e)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 10)
-                version = ""
+                failures += 1
+                delay = self._backoff(failures)
+                log.warning(
+                    "pod watch failed (%s), listing again in %.2fs: %s",
+                    type(e).__name__,
+                    delay,
+                    e,
+                )
+            except Exception:
+                # A bug (ours or the client's) must not leave the bridge polling only.
+                failures += 1
+                delay = self._backoff(failures)
+                log.exception("pod watch crashed, listing again in %.2fs", delay)
+            self._stop.wait(delay)
 
 
 @dataclass

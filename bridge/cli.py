@@ -194,7 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--suspend-time", type=int, default=300, help="SuspendTime, s (default 300)")
     p.add_argument("--suspend-timeout", type=int, default=30, help="SuspendTimeout, s (default 30)")
-    p.add_argument("--resume-timeout", type=int, default=300, help="ResumeTimeout, s (default 300)")
+    p.add_argument(
+        "--resume-timeout",
+        type=int,
+        default=600,
+        help="ResumeTimeout, s (default 600; longer than every pool's schedule_timeout_s)",
+    )
     p.set_defaults(func=cmd_render_slurm_conf)
 
     p = sub.add_parser("check-config", help="validate the configuration and summarise it")

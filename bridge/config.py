@@ -10,6 +10,8 @@ Environment overrides (applied on top of the file; the file's value when unset):
     SKB_KUBERNETES_NAMESPACE          kubernetes.namespace
     SKB_KUBERNETES_KUBECONFIG         kubernetes.kubeconfig      ("" = in-cluster credentials)
     SKB_KUBERNETES_CONTEXT            kubernetes.context         ("" = the kubeconfig's current)
+    SKB_KUBERNETES_NODE_SERVICE       kubernetes.node_service    ("" = pods get no DNS names)
+    SKB_KUBERNETES_CLUSTER_DOMAIN     kubernetes.cluster_domain
     SKB_SLURM_BIN_DIR                 slurm.bin_dir
     SKB_SLURM_CONF                    slurm.conf                 ("" = Slurm's default)
     SKB_SLURM_COMMAND_TIMEOUT_S       slurm.command_timeout_s
@@ -23,6 +25,7 @@ Environment overrides (applied on top of the file; the file's value when unset):
     SKB_BRIDGE_RECONCILE_INTERVAL_S   bridge.reconcile_interval_s
     SKB_BRIDGE_POD_AGE_GUARD_S        bridge.pod_age_guard_s
     SKB_BRIDGE_FAILED_NODE_HOLD_S     bridge.failed_node_hold_s
+    SKB_BRIDGE_TERMINATING_MARGIN_S   bridge.terminating_margin_s
     SKB_BRIDGE_CREATE_CONCURRENCY     bridge.create_concurrency
     SKB_BRIDGE_LOG_FORMAT             bridge.log_format          (text or json)
 
@@ -67,6 +70,9 @@ class KubernetesSettings:
     namespace: str = "slurm"
     kubeconfig: str | None = None  # None: in-cluster service account
     context: str | None = None  # None: the kubeconfig's current context
+    #: Headless Service (deploy/kustomize/base) whose domain names every pod; "" for none.
+    node_service: str = "slurm-nodes"
+    cluster_domain: str = "cluster.local"
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,9 @@ class BridgeSettings:
     reconcile_interval_s: float = 5.0
     pod_age_guard_s: float = 30.0
     failed_node_hold_s: float = 30.0
+    #: A pod still terminating this long past its grace period is force-deleted (its kubelet
+    #: is gone; nobody else will confirm the delete, and the node's next pod needs the name).
+    terminating_margin_s: float = 15.0
     create_concurrency: int = 16
     log_format: str = "text"
 
@@ -116,6 +125,8 @@ class BridgeConfig:
             cluster_name=self.cluster_name,
             conf_server=self.slurm.conf_server,
             munge_key_secret=self.slurm.munge_key_secret,
+            node_service=self.kubernetes.node_service,
+            cluster_domain=self.kubernetes.cluster_domain,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -145,6 +156,8 @@ def _pool_to_dict(pool: NodePool) -> dict[str, Any]:
         "features": list(pool.features),
         "gres": list(pool.gres),
         "weight": pool.weight,
+        "schedule_timeout_s": pool.schedule_timeout_s,
+        "image_pull_timeout_s": pool.image_pull_timeout_s,
         "pod_template": _plain(pool.pod_template),
     }
     return data
@@ -165,6 +178,10 @@ def _plain(value: Any) -> Any:
 _Check = Callable[[Any], "str | None"]
 _HOST_PORT = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-]+)(:(?P<port>\d{1,5}))?")
 _LOOPBACK_NAMES = frozenset({"localhost"})
+
+
+def _optional_dns_label(value: str) -> str | None:
+    return None if value == "" else dns_label_problem(value)
 
 
 def _abs_path(value: str) -> str | None:
@@ -229,6 +246,8 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, _Spec]]] = {
             "namespace": _Spec("str", check=dns_label_problem),
             "kubeconfig": _Spec("str", optional=True, check=_non_empty),
             "context": _Spec("str", optional=True, check=_non_empty),
+            "node_service": _Spec("str", check=_optional_dns_label),
+            "cluster_domain": _Spec("str", check=_subdomain),
         },
     ),
     "slurm": (
@@ -254,6 +273,7 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, _Spec]]] = {
             "reconcile_interval_s": _Spec("posfloat"),
             "pod_age_guard_s": _Spec("nonnegfloat"),
             "failed_node_hold_s": _Spec("nonnegfloat"),
+            "terminating_margin_s": _Spec("nonnegfloat"),
             "create_concurrency": _Spec("posint"),
             "log_format": _Spec("str", check=_log_format),
         },
@@ -271,6 +291,8 @@ _POOL_KEYS = (
     "features",
     "gres",
     "weight",
+    "schedule_timeout_s",
+    "image_pull_timeout_s",
     "pod_template",
 )
 _POOL_REQUIRED = ("name", "nodes", "cpus", "real_memory_mb")
@@ -308,7 +330,7 @@ def _number(kind: str, value: Any) -> float:
     what = "a positive number" if positive else "a number >= 0"
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _ProblemError(f"must be {what} (seconds), got {value!r}")
-    if math.isnan(value) or value < 0 or (positive and value == 0):
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
         raise _ProblemError(f"must be {what} (seconds), got {value!r}")
     return float(value)
 
@@ -551,6 +573,11 @@ def _pool(reader: _Reader, value: Any, index: int) -> NodePool:
     weight = raw.get("weight")
     if weight is not None and (isinstance(weight, bool) or not isinstance(weight, int)):
         raise reader.error((*path, "weight"), f"must be an integer, got {weight!r}")
+    patience = {
+        key: reader.scalar(_Spec("posfloat"), raw[key], (*path, key))
+        for key in ("schedule_timeout_s", "image_pull_timeout_s")
+        if key in raw
+    }
     template = raw.get("pod_template") or {}
     if not isinstance(template, Mapping):
         raise reader.error((*path, "pod_template"), f"must be a mapping, got {template!r}")
@@ -576,6 +603,7 @@ def _pool(reader: _Reader, value: Any, index: int) -> NodePool:
             gres=_word_list(reader, raw.get("gres"), (*path, "gres")),
             pod_template=template,
             weight=weight,
+            **patience,
         )
     except PoolError as e:
         raise reader.error((*path, *_field_path(e.field)), e.reason) from None

@@ -18,23 +18,25 @@ from bridge.config import BridgeConfig
 from bridge.domain.hostlist import compress, expand
 from bridge.domain.nodes import SlurmNode, our_reason
 from bridge.domain.pod_rendering import render_pod
-from bridge.domain.pods import PodView
+from bridge.domain.pods import UNSCHEDULABLE, PodView
 from bridge.domain.reconcile import (
     Action,
     CreatePod,
     DeletePod,
+    ForceDeletePod,
     Guards,
     MarkDown,
     PowerDown,
     ResumeNode,
+    SetAddress,
+    SetComment,
     plan,
 )
 from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
+from bridge.domain.verdict import ScaleUpEvent, judge_refusal
 from bridge.errors import (
     BackendError,
     BridgeError,
-    Conflict,
-    Forbidden,
     InvalidInput,
     NoCapacity,
     TransientBackendError,
@@ -52,6 +54,10 @@ class SlurmPort(Protocol):
         self, names: Sequence[str], *, state: str, reason: str | None = None
     ) -> None: ...
 
+    def set_node_addresses(self, addresses: Mapping[str, str]) -> None: ...
+
+    def set_node_comment(self, names: Sequence[str], comment: str) -> None: ...
+
 
 class PodPort(Protocol):
     """What the service needs from Kubernetes (``bridge.adapters.kubernetes.PodGateway``)."""
@@ -63,8 +69,16 @@ class PodPort(Protocol):
     ) -> Mapping[str, bool | BackendError | InvalidInput]: ...
 
     def delete_pods(
-        self, names: Sequence[str]
+        self,
+        names: Sequence[str],
+        *,
+        uids: Mapping[str, str] | None = None,
+        grace_period_s: int | None = None,
     ) -> Mapping[str, bool | BackendError | InvalidInput]: ...
+
+    def pod_exists(self, name: str) -> bool: ...
+
+    def list_scale_up_events(self) -> list[ScaleUpEvent]: ...
 
     def record_event(
         self, pod: str, reason: str, message: str, *, warning: bool = False
@@ -126,6 +140,7 @@ class BridgeService:
         self.guards = Guards(
             pod_age_guard=timedelta(seconds=config.bridge.pod_age_guard_s),
             failed_node_hold=timedelta(seconds=config.bridge.failed_node_hold_s),
+            terminating_margin=timedelta(seconds=config.bridge.terminating_margin_s),
         )
         # One reconcile pass at a time; RPCs and the loop may both ask for one.
         self._reconcile_lock = threading.Lock()
@@ -174,8 +189,9 @@ class BridgeService:
         for node, result in outcome.items():
             if isinstance(result, BridgeError):
                 results.append(NodeResult(node, Outcome.FAILED, _error_class(result), str(result)))
-                if isinstance(result, NoCapacity | Forbidden | Conflict | InvalidInput):
-                    failed[our_reason(type(result).__name__, str(result))].append(node)
+                verdict = judge_refusal(result)
+                if verdict is not None:
+                    failed[our_reason(verdict.reason, verdict.message)].append(node)
                 log.error("request %s: create pod %s failed: %s", request_id, node, result)
             else:
                 results.append(NodeResult(node, Outcome.OK))
@@ -196,9 +212,18 @@ class BridgeService:
             self._mark_down(nodes, reason)
         return results
 
-    def _delete(self, nodes: Iterable[str], request_id: str, why: str) -> list[NodeResult]:
+    def _delete(
+        self,
+        nodes: Iterable[str],
+        request_id: str,
+        why: str,
+        *,
+        uids: Mapping[str, str] | None = None,
+        grace_period_s: int | None = None,
+    ) -> list[NodeResult]:
         results = []
-        for node, result in self.pods.delete_pods(list(nodes)).items():
+        outcome = self.pods.delete_pods(list(nodes), uids=uids, grace_period_s=grace_period_s)
+        for node, result in outcome.items():
             if isinstance(result, BridgeError):
                 results.append(NodeResult(node, Outcome.FAILED, _error_class(result), str(result)))
                 log.error("request %s: delete pod %s failed: %s", request_id, node, result)
@@ -243,17 +268,30 @@ class BridgeService:
 
     # -- reconcile -------------------------------------------------------------------------------
 
-    def observe(self) -> tuple[list[SlurmNode], list[PodView]]:
-        """Both views, Slurm's restricted to the nodes our pools own."""
-        pods, _ = self.pods.list_pods()
+    def observe(self) -> tuple[list[SlurmNode], list[PodView], list[ScaleUpEvent]]:
+        """Both views (Slurm's restricted to the nodes our pools own), and, when some pod is
+        Unschedulable, what a cluster autoscaler said about our pods.
+
+        Slurm is read first: a node that registered by then had its pod created before, so the
+        pod list that follows shows it (the other order calls a just-registered node's pod
+        missing whenever scontrol is slow).
+        """
         nodes = [n for n in self.slurm.list_nodes() if self.config.pools.owns(n.name)]
-        return nodes, pods
+        pods, _ = self.pods.list_pods()
+        events: list[ScaleUpEvent] = []
+        if any(p.holdup is not None and p.holdup.reason == UNSCHEDULABLE for p in pods):
+            try:
+                events = self.pods.list_scale_up_events()
+            except BridgeError as e:
+                # Without them the schedule timeout still decides; nothing fails early.
+                log.warning("reconcile: autoscaler events not read: %s", e)
+        return nodes, pods, events
 
     def reconcile_once(self) -> list[Action]:
         """Observe both sides, plan, execute; returns what it did (for logs and tests)."""
         with self._reconcile_lock:
-            nodes, pods = self.observe()
-            actions = plan(nodes, pods, self.config.pools, self.clock(), self.guards)
+            nodes, pods, events = self.observe()
+            actions = plan(nodes, pods, self.config.pools, self.clock(), self.guards, events=events)
             if actions:
                 self.execute(actions)
             return actions
@@ -263,6 +301,11 @@ class BridgeService:
         down_by_reason: dict[str, list[str]] = defaultdict(list)
         for action in actions:
             if isinstance(action, MarkDown):
+                if action.unless_pod_exists and self._pod_exists(action.node):
+                    log.info(
+                        "reconcile: %s has a pod after all; not %s", action.node, action.reason
+                    )
+                    continue
                 down_by_reason[action.reason].append(action.node)
         for reason, nodes in down_by_reason.items():
             self._mark_down(nodes, reason)
@@ -274,7 +317,22 @@ class BridgeService:
         for action in deletes:
             log.info("reconcile: delete pod %s: %s", action.node, action.why)
         if deletes:
-            self._delete([a.node for a in deletes], "reconcile", "reconcile")
+            uids = {a.node: a.uid for a in deletes if a.uid}
+            self._delete([a.node for a in deletes], "reconcile", "reconcile", uids=uids)
+        forced = [a for a in actions if isinstance(a, ForceDeletePod)]
+        for force in forced:
+            log.warning("reconcile: force-delete pod %s: %s", force.node, force.why)
+            self.pods.record_event(force.node, "SlurmForceDelete", force.why, warning=True)
+        if forced:
+            self._delete(
+                [a.node for a in forced],
+                "reconcile",
+                "stuck terminating",
+                uids={a.node: a.uid for a in forced},
+                grace_period_s=0,
+            )
+        self._set_addresses([a for a in actions if isinstance(a, SetAddress)])
+        self._set_comments([a for a in actions if isinstance(a, SetComment)])
         self._update("power_down_force", [a for a in actions if isinstance(a, PowerDown)])
         self._update("resume", [a for a in actions if isinstance(a, ResumeNode)])
         creates = [a for a in actions if isinstance(a, CreatePod)]
@@ -282,6 +340,38 @@ class BridgeService:
             for action in creates:
                 log.info("reconcile: create pod %s: %s", action.node, action.why)
             self.resume(compress(a.node for a in creates), "", "reconcile")
+
+    def _pod_exists(self, node: str) -> bool:
+        try:
+            return self.pods.pod_exists(node)
+        except BridgeError as e:
+            log.warning("reconcile: cannot re-check the pod of %s (%s); not failing it", node, e)
+            return True
+
+    def _set_addresses(self, actions: Sequence[SetAddress]) -> None:
+        if not actions:
+            return
+        try:
+            self.slurm.set_node_addresses({a.node: a.address for a in actions})
+            for action in actions:
+                log.info("reconcile: NodeAddr %s=%s: %s", action.node, action.address, action.why)
+        except BridgeError as e:
+            log.warning(
+                "reconcile: NodeAddr of %s not set (next pass retries): %s",
+                compress(a.node for a in actions),
+                e,
+            )
+
+    def _set_comments(self, actions: Sequence[SetComment]) -> None:
+        by_text: dict[str, list[str]] = defaultdict(list)
+        for action in actions:
+            by_text[action.text].append(action.node)
+        for text, nodes in by_text.items():
+            try:
+                self.slurm.set_node_comment(nodes, text)
+                log.info("reconcile: comment %s: %r", compress(nodes), text)
+            except BridgeError as e:
+                log.warning("reconcile: comment of %s not set: %s", compress(nodes), e)
 
     def _update(self, state: str, actions: Sequence[PowerDown | ResumeNode]) -> None:
         if not actions:

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from proving_ground.bridge_daemon import start_bridge
-from proving_ground.processes import State
+from proving_ground.processes import State, stop_daemon
+from proving_ground.slurm import start_slurm
 
 from bridge.domain.hostlist import expand
 from tests.conftest import ProvingGround
@@ -88,6 +89,15 @@ def job_state(pg: ProvingGround, job: int) -> str:
     return ""
 
 
+FINAL_JOB_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"})
+
+
+def job_finished(pg: ProvingGround, job: int) -> str | None:
+    """The job's final state, or None while it is still pending or running."""
+    state = job_state(pg, job)
+    return state if state in FINAL_JOB_STATES else None
+
+
 def cancel_jobs_on(pg: ProvingGround, hostlist: str) -> None:
     """Cancel jobs running on, or asking for (``-w``), any node of ``hostlist``."""
     wanted = set(expand(hostlist))
@@ -151,3 +161,55 @@ def wait_down(pg: ProvingGround, name: str, timeout: float) -> dict[str, str]:
         return fields if fields.get("State", "").startswith("DOWN") else None
 
     return wait_for(f"{name} DOWN", probe, timeout)
+
+
+def restart_slurmctld(pg: ProvingGround) -> float:
+    """SIGTERM slurmctld and start it again (state kept); returns the seconds it was away."""
+    state = State(pg.layout)
+    started = time.monotonic()
+    stop_daemon(state, "slurmctld")
+    start_slurm(pg.layout, state)
+    return time.monotonic() - started
+
+
+def job_restarts(pg: ProvingGround, job: int) -> int:
+    """How often Slurm requeued ``job`` (``restart_cnt`` of ``squeue --json``)."""
+    doc = json.loads(pg.slurm("squeue", "--json", "-j", str(job)))
+    (entry,) = [j for j in doc["jobs"] if j["job_id"] == job]
+    return int(entry["restart_cnt"])
+
+
+def emit_autoscaler_event(pg: ProvingGround, pod_name: str, reason: str, message: str) -> None:
+    """An Event on the pod as cluster-autoscaler writes it (core/v1, source cluster-autoscaler)."""
+    pod = pg.kubectl("-n", NAMESPACE, "get", "pod", pod_name, "-o", "json")
+    uid = json.loads(pod)["metadata"]["uid"]
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{pod_name}.", "namespace": NAMESPACE},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": pod_name,
+            "namespace": NAMESPACE,
+            "uid": uid,
+        },
+        "reason": reason,
+        "message": message,
+        "type": "Normal" if reason == "TriggeredScaleUp" else "Warning",
+        "source": {"component": "cluster-autoscaler"},
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    pg.kubectl("create", "-f", "-", input_text=json.dumps(event))
+
+
+def pod_condition(pg: ProvingGround, name: str, kind: str) -> dict[str, Any]:
+    """The pod's condition of type ``kind`` ({} when absent or no pod)."""
+    pod = pods(pg).get(name) or {}
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind:
+            return dict(condition)
+    return {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,3 +65,26 @@ def proving_ground() -> Iterator[ProvingGround]:
     yield ProvingGround(where)
     if started_here and not os.environ.get("SKB_KEEP_PROVING_GROUND"):
         ground.down(where)
+
+
+#: ``use(hostlist)`` in a test: the nodes are settled now and again after the test.
+Use = Callable[[str], None]
+
+
+@pytest.fixture
+def use(proving_ground: ProvingGround) -> Iterator[Use]:
+    """``use(hostlist)``: settle the nodes to idle~ with no pod now, and again after the test."""
+    from tests.cluster import reset_nodes, wait_idle_powered_down  # noqa: PLC0415 (cycle)
+
+    used: list[str] = []
+
+    def take(hostlist: str) -> None:
+        reset_nodes(proving_ground, hostlist)
+        wait_idle_powered_down(proving_ground, hostlist, timeout=90)
+        used.append(hostlist)
+
+    yield take
+    for hostlist in used:
+        reset_nodes(proving_ground, hostlist)
+    for hostlist in used:
+        wait_idle_powered_down(proving_ground, hostlist, timeout=90)

@@ -8,9 +8,10 @@ what the API server sent.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,7 +20,6 @@ from typing import Any, TypeVar
 import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 from tenacity import (
     retry,
@@ -29,6 +29,7 @@ from tenacity import (
 )
 
 from bridge.domain.pods import LABEL_CLUSTER, LABEL_MANAGED_BY, MANAGED_BY, PodView, pod_view
+from bridge.domain.verdict import SCALE_UP_REASONS, ScaleUpEvent
 from bridge.errors import (
     BackendError,
     Conflict,
@@ -52,6 +53,19 @@ class PodEvent:
 
     kind: str
     pod: PodView
+
+
+def scale_up_event(item: Mapping[str, Any]) -> ScaleUpEvent | None:
+    """An autoscaler Event (API JSON) as the verdict reads it; ``None`` if it is not one."""
+    involved = item.get("involvedObject") or {}
+    reason = item.get("reason")
+    uid = involved.get("uid")
+    at = item.get("lastTimestamp") or item.get("eventTime") or item.get("firstTimestamp")
+    at = at or (item.get("metadata") or {}).get("creationTimestamp")
+    if reason not in SCALE_UP_REASONS or not isinstance(uid, str) or not isinstance(at, str):
+        return None
+    moment = datetime.fromisoformat(at.replace("Z", "+00:00"))
+    return ScaleUpEvent(uid, reason, str(item.get("message") or ""), moment)
 
 
 def _translate(e: Exception, what: str) -> BackendError | InvalidInput:
@@ -173,30 +187,83 @@ class PodGateway:
     def watch(self, resource_version: str, timeout_s: int = 60) -> Iterator[PodEvent]:
         """Pod events after ``resource_version``; ends after ``timeout_s``.
 
-        Raises :class:`WatchExpired` when the version is too old: list again, then watch.
+        Raises :class:`WatchExpired` when the version is too old (410, as an ERROR event in the
+        stream or as the response's status) and another :class:`BackendError`, normally
+        :class:`TransientBackendError`, for every other way the stream fails: an ERROR event, a
+        dropped or stalled connection, a malformed event. The answer to all of them is the same:
+        list again, then watch from the list's resourceVersion.
         """
-        watcher = k8s_watch.Watch()
+        # The stream is read here rather than through kubernetes.watch.Watch: with
+        # deserialize=False its stream() raises KeyError('raw_object') on an ERROR event
+        # (kubernetes 37.0.2), losing the Status inside, so a 410 looked like a crash.
         try:
-            for event in watcher.stream(
-                self._api.list_namespaced_pod,
+            response = self._api.list_namespaced_pod(
                 self.namespace,
                 label_selector=self.selector,
                 resource_version=resource_version,
                 timeout_seconds=timeout_s,
                 allow_watch_bookmarks=False,
-                deserialize=False,
-            ):
-                raw = event["raw_object"] if "raw_object" in event else event["object"]
-                if event["type"] == "ERROR":
-                    code = int(raw.get("code", 0))
-                    if code == 410:
-                        raise WatchExpired(f"watch pods: {raw.get('message', 'expired')}")
-                    raise TransientBackendError(f"watch pods: {raw.get('message', raw)}")
-                yield PodEvent(str(event["type"]), pod_view(raw))
+                watch=True,
+                _preload_content=False,
+                # The server ends the watch after timeout_s; silence well beyond that is a
+                # connection that died without a FIN or RST.
+                _request_timeout=(self._timeout, timeout_s + self._timeout),
+            )
+        except _TRANSPORT_ERRORS as e:
+            raise _translate(e, "watch pods") from e
+        try:
+            for line in self._watch_lines(response.stream(amt=None, decode_content=False)):
+                event = self._watch_event(line)
+                if event is not None:
+                    yield event
         except _TRANSPORT_ERRORS as e:
             raise _translate(e, "watch pods") from e
         finally:
-            watcher.stop()
+            response.close()
+            response.release_conn()
+
+    @staticmethod
+    def _watch_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+        """The stream's lines (one JSON event each), however the chunks split them."""
+        pending = b""
+        for chunk in chunks:
+            *lines, pending = (pending + chunk).split(b"\n")
+            yield from lines
+        if pending.strip():
+            raise TransientBackendError(
+                f"watch pods: the stream ended inside an event: {pending[:200]!r}"
+            )
+
+    @staticmethod
+    def _watch_event(line: bytes) -> PodEvent | None:
+        """One line of the stream as a pod event; None for a line that carries no pod change
+        (blank, BOOKMARK). An ERROR event or a malformed line raises (see :meth:`watch`)."""
+        if not line.strip():
+            return None
+        try:
+            event = json.loads(line)
+        except ValueError as e:
+            raise TransientBackendError(f"watch pods: event is not JSON: {line[:200]!r}") from e
+        obj = event.get("object") if isinstance(event, dict) else None
+        kind = event.get("type") if isinstance(event, dict) else None
+        if not isinstance(obj, dict) or not isinstance(kind, str):
+            raise TransientBackendError(f"watch pods: malformed event: {line[:200]!r}")
+        if kind == "ERROR":  # obj is a Status: {"code": 410, "reason": "Expired", ...}
+            code, reason = obj.get("code"), obj.get("reason")
+            what = f"watch pods: ERROR event {code} {reason}: {obj.get('message')}"
+            if code in (410, "410") or reason in ("Expired", "Gone"):
+                raise WatchExpired(what)
+            raise TransientBackendError(what)
+        if kind == "BOOKMARK":
+            return None
+        if kind not in ("ADDED", "MODIFIED", "DELETED"):
+            raise TransientBackendError(f"watch pods: unknown event type {kind!r}")
+        try:
+            return PodEvent(kind, pod_view(obj))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise TransientBackendError(
+                f"watch pods: malformed {kind} event: {type(e).__name__}: {e}"
+            ) from e
 
     # -- writing ---------------------------------------------------------------------------------
 
@@ -230,16 +297,39 @@ class PodGateway:
         wanted = dict(part.split("=", 1) for part in self.selector.split(","))
         return all(labels.get(k) == v for k, v in wanted.items())
 
-    def delete_pod(self, name: str, grace_period_s: int | None = None) -> bool:
-        """Delete the pod; False when it was already gone (idempotent)."""
+    def delete_pod(self, name: str, uid: str = "", grace_period_s: int | None = None) -> bool:
+        """Delete the pod; False when it was already gone (idempotent).
+
+        With ``uid`` the delete applies only to that pod: a successor of the same name (a new
+        Slurm cycle) answers 409 on the precondition and is left alone, which counts as gone.
+        """
+        options = k8s.V1DeleteOptions(
+            grace_period_seconds=grace_period_s,
+            preconditions=k8s.V1Preconditions(uid=uid) if uid else None,
+        )
         try:
             _call(
                 f"delete pod {name}",
                 lambda: self._api.delete_namespaced_pod(
-                    name,
-                    self.namespace,
-                    grace_period_seconds=grace_period_s,
-                    _request_timeout=self._timeout,
+                    name, self.namespace, body=options, _request_timeout=self._timeout
+                ),
+            )
+        except BackendError as e:
+            if isinstance(e.__cause__, ApiException) and e.__cause__.status == 404:
+                return False
+            if uid and isinstance(e, Conflict):
+                log.info("pod %s: not deleted, it is no longer UID %s (a successor)", name, uid)
+                return False
+            raise
+        return True
+
+    def pod_exists(self, name: str) -> bool:
+        """Whether a pod of that name exists now (a read, not the watch's or a list's view)."""
+        try:
+            _call(
+                f"read pod {name}",
+                lambda: self._api.read_namespaced_pod(
+                    name, self.namespace, _preload_content=False, _request_timeout=self._timeout
                 ),
             )
         except BackendError as e:
@@ -247,6 +337,28 @@ class PodGateway:
                 return False
             raise
         return True
+
+    def list_scale_up_events(self) -> list[ScaleUpEvent]:
+        """What a cluster autoscaler said about pods in the namespace (``NotTriggerScaleUp``,
+        ``TriggeredScaleUp``); the verdict matches them to our pods by UID."""
+        found: list[ScaleUpEvent] = []
+        for reason in sorted(SCALE_UP_REASONS):
+            selector = f"involvedObject.kind=Pod,reason={reason}"
+            response = _call(
+                f"list {reason} events",
+                functools.partial(
+                    self._api.list_namespaced_event,
+                    self.namespace,
+                    field_selector=selector,
+                    _preload_content=False,
+                    _request_timeout=self._timeout,
+                ),
+            )
+            for item in json.loads(response.data).get("items", []):
+                event = scale_up_event(item)
+                if event is not None:
+                    found.append(event)
+        return found
 
     def record_event(self, pod: str, reason: str, message: str, *, warning: bool = False) -> None:
         """An Event about ``pod`` (``kubectl describe pod`` / ``get events`` show it).
@@ -284,9 +396,22 @@ class PodGateway:
         """Create many pods with bounded concurrency: node → created?, or the error."""
         return self._each([(str(m["metadata"]["name"]), m) for m in manifests], self.create_pod)
 
-    def delete_pods(self, names: Sequence[str]) -> dict[str, bool | BackendError | InvalidInput]:
-        """Delete many pods with bounded concurrency: node → deleted?, or the error."""
-        return self._each([(n, n) for n in names], self.delete_pod)
+    def delete_pods(
+        self,
+        names: Sequence[str],
+        *,
+        uids: Mapping[str, str] | None = None,
+        grace_period_s: int | None = None,
+    ) -> dict[str, bool | BackendError | InvalidInput]:
+        """Delete many pods with bounded concurrency: node → deleted?, or the error.
+
+        ``uids`` (name → UID) makes each delete conditional on the pod being that one.
+        """
+        known = uids or {}
+        return self._each(
+            [(n, n) for n in names],
+            lambda name: self.delete_pod(name, known.get(name, ""), grace_period_s),
+        )
 
     def _each(
         self, items: Sequence[tuple[str, Any]], fn: Callable[[Any], bool]

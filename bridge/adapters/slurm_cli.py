@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -52,6 +52,8 @@ _INVALID_MARKERS: Final = (
     "Invalid input",
     "Unable to parse",
 )
+#: Nodes per ``scontrol update`` whose argv lists every name (well under ARG_MAX).
+_UPDATE_BATCH: Final = 256
 #: What Slurm 22.05's scontrol says to ``--json``.
 _NO_JSON_MARKER: Final = "unrecognized option '--json'"
 
@@ -122,6 +124,37 @@ class SlurmCli:
             argv.append(f"reason={reason}")
         self._run(argv)
         log.info("scontrol update nodes=%s state=%s reason=%r", ",".join(names), state, reason)
+
+    def set_node_addresses(self, addresses: Mapping[str, str]) -> None:
+        """Point each node's NodeAddr at its address (``scontrol update nodename=a,b
+        nodeaddr=x,y``: Slurm pairs the two lists in order, so no hostlist compression)."""
+        items = list(addresses.items())
+        for start in range(0, len(items), _UPDATE_BATCH):
+            batch = items[start : start + _UPDATE_BATCH]
+            for name, address in batch:
+                if not address or any(c.isspace() or c == "," for c in address):
+                    raise InvalidInput(f"invalid address {address!r} for node {name}")
+            argv = self._argv(
+                "scontrol",
+                "update",
+                "nodename=" + ",".join(name for name, _ in batch),
+                "nodeaddr=" + ",".join(address for _, address in batch),
+            )
+            self._run(argv)
+            log.info(
+                "scontrol update nodeaddr: %s",
+                ", ".join(f"{name}={address}" for name, address in batch),
+            )
+
+    def set_node_comment(self, names: Sequence[str], comment: str) -> None:
+        """Set (or with ``""`` clear) the nodes' Comment."""
+        if not names:
+            return
+        argv = self._argv(
+            "scontrol", "update", f"nodename={hostlist.compress(names)}", f"comment={comment}"
+        )
+        self._run(argv)
+        log.info("scontrol update nodes=%s comment=%r", ",".join(names), comment)
 
     # --- internals ------------------------------------------------------------------------------
 

@@ -47,6 +47,7 @@ class NodeV0038(TypedDict):
     state_flags: list[str]
     reason: str
     address: str
+    comment: str
     partitions: NotRequired[list[str]]
 
 
@@ -65,6 +66,7 @@ class NodeV0042(TypedDict):
     state: list[str]
     reason: str
     address: str
+    comment: str
     partitions: NotRequired[list[str]]
 
 
@@ -166,6 +168,7 @@ def parse_sinfo_v0038(doc: dict[str, Any], what: str = "sinfo --json") -> list[S
                 flags=frozenset(flag.upper() for flag in raw["state_flags"]),
                 reason=raw["reason"],
                 address=raw["address"],
+                comment=raw["comment"],
                 reason_since=_epoch(item.get("reason_changed_at")) if raw["reason"] else None,
             ),
         )
@@ -199,6 +202,7 @@ def parse_scontrol_nodes_v0042(
                 flags=frozenset(flag.upper() for flag in flags),
                 reason=raw["reason"],
                 address=raw["address"],
+                comment=raw["comment"],
                 reason_since=_epoch(item.get("reason_changed_at")) if raw["reason"] else None,
             ),
         )
@@ -254,6 +258,7 @@ def _node_v0038(item: object, where: str) -> NodeV0038:
         state_flags=_str_list(item, "state_flags", where),
         reason=_optional_str(item, "reason", where),
         address=_optional_str(item, "address", where),
+        comment=_optional_str(item, "comment", where),
     )
 
 
@@ -270,6 +275,7 @@ def _node_v0042(item: object, where: str) -> NodeV0042:
         state=state,
         reason=_optional_str(item, "reason", where),
         address=_optional_str(item, "address", where),
+        comment=_optional_str(item, "comment", where),
     )
 
 

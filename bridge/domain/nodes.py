@@ -41,6 +41,9 @@ class SlurmNode:
     address: str = ""
     #: When Slurm recorded ``reason`` (``reason_changed_at``); None when unknown or no reason.
     reason_since: datetime | None = None
+    #: The node's free-text Comment; the bridge writes ``k8s: waiting: ...`` there while a pod
+    #: is held up (a Reason would need a DOWN or DRAIN state).
+    comment: str = ""
 
     @property
     def is_powered_down(self) -> bool:
@@ -64,6 +67,11 @@ class SlurmNode:
     @property
     def is_down(self) -> bool:
         return self.state == "DOWN"
+
+    @property
+    def is_busy(self) -> bool:
+        """A job runs (or is finishing) on the node: deleting its pod would kill it."""
+        return self.state in ("ALLOCATED", "MIXED", "COMPLETING") or "COMPLETING" in self.flags
 
     @property
     def is_drained(self) -> bool:
@@ -90,8 +98,7 @@ class SlurmNode:
         short = _SHORT_STATES.get(self.state, self.state.lower())
         if self.is_drained:
             # Slurm says "drng" only while jobs still run on the node; DOWN+DRAIN is "drain".
-            busy = self.state in ("ALLOCATED", "MIXED", "COMPLETING") or "COMPLETING" in self.flags
-            short = "drng" if busy else "drain"
+            short = "drng" if self.is_busy else "drain"
         suffix = ""
         if self.is_powered_down:
             suffix = "~"

@@ -41,6 +41,7 @@ _TEMPLATE_METADATA_KEYS = frozenset({"labels", "annotations"})
 # spec fields that carry the pod's identity or the fail-fast contract.
 _OWN_SPEC_KEYS = {
     "hostname": "the bridge sets it to the node name",
+    "subdomain": "the bridge sets it to kubernetes.node_service",
     "nodeName": "the scheduler places the pod; use nodeSelector or affinity",
 }
 
@@ -53,6 +54,14 @@ class PodSettings:
     cluster_name: str
     conf_server: str
     munge_key_secret: str = "slurm-munge-key"  # noqa: S105 (the Secret's name)
+    #: The headless Service that gives every pod a DNS name; "" for none.
+    node_service: str = "slurm-nodes"
+    cluster_domain: str = "cluster.local"
+
+    @property
+    def node_domain(self) -> str:
+        """Where the pods' names live: ``<node>.<node_domain>`` is a pod's DNS name."""
+        return f"{self.node_service}.{self.namespace}.svc.{self.cluster_domain}"
 
 
 def pod_labels(pool: NodePool, node: str, settings: PodSettings) -> dict[str, str]:
@@ -83,6 +92,15 @@ def render_pod(pool: NodePool, node: str, settings: PodSettings) -> dict[str, An
     }
 
     spec["hostname"] = node
+    if settings.node_service:
+        # Slurm addresses nodes by name when it has no address list for a job (22.05 loses it
+        # across a slurmctld restart): with the headless Service's domain searched, "big-1"
+        # resolves inside every pod, whatever slurmctld remembers.
+        spec["subdomain"] = settings.node_service
+        dns: dict[str, Any] = dict(spec.get("dnsConfig") or {})
+        searches = [d for d in dns.get("searches") or [] if d != settings.node_domain]
+        dns["searches"] = [settings.node_domain, *searches]
+        spec["dnsConfig"] = dns
     # A crashed slurmd must surface as a failed pod (and a DOWN node), not restart behind Slurm.
     spec["restartPolicy"] = "Never"
     spec.setdefault("enableServiceLinks", False)

@@ -21,8 +21,6 @@ ANNOTATION_SLURM_STATE = "slurm-k8s-bridge.io/slurm-state"
 # Waiting reasons that will not fix themselves in time for a job: fail fast on them.
 FATAL_WAITING_REASONS = frozenset(
     {
-        "ErrImagePull",
-        "ImagePullBackOff",
         "InvalidImageName",
         "ErrImageNeverPull",
         "CreateContainerConfigError",
@@ -31,6 +29,10 @@ FATAL_WAITING_REASONS = frozenset(
         "RunContainerError",
     }
 )
+# A pull that failed may succeed on the kubelet's next try (a registry hiccup, a node that just
+# got credentials): a hold-up with a clock (the pool's image_pull_timeout_s), not a verdict.
+RETRYING_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff"})
+UNSCHEDULABLE = "Unschedulable"
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,20 @@ class PodFailure:
 
     reason: str
     message: str
+
+
+@dataclass(frozen=True)
+class PodHoldup:
+    """Why a pod is not running yet while waiting may still help, and since when.
+
+    ``reason`` is ``Unschedulable`` (the scheduler found no node; an autoscaler may add one) or a
+    retrying image pull (``ErrImagePull``, ``ImagePullBackOff``). ``since`` is when the clock
+    started: the ``PodScheduled=False`` transition, or the pod's scheduling for a pull.
+    """
+
+    reason: str
+    message: str
+    since: datetime
 
 
 @dataclass(frozen=True)
@@ -54,6 +70,10 @@ class PodView:
     deleting: bool
     failure: PodFailure | None
     host: str = ""
+    uid: str = ""
+    holdup: PodHoldup | None = None
+    #: ``metadata.deletionTimestamp``: when the kubelet's grace period for the pod ends.
+    deletion_deadline: datetime | None = None
 
     @property
     def is_running(self) -> bool:
@@ -76,12 +96,6 @@ def pod_failure(status: Mapping[str, Any]) -> PodFailure | None:
         message = status.get("message") or f"pod phase is {phase}"
         return PodFailure(reason, message)
     for condition in status.get("conditions") or []:
-        if (
-            condition.get("type") == "PodScheduled"
-            and condition.get("status") == "False"
-            and condition.get("reason") == "Unschedulable"
-        ):
-            return PodFailure("Unschedulable", condition.get("message") or "no node fits")
         if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
             return PodFailure(
                 condition.get("reason") or "DisruptionTarget",
@@ -105,24 +119,51 @@ def pod_failure(status: Mapping[str, Any]) -> PodFailure | None:
     return None
 
 
+def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    for condition in status.get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == kind:
+            return condition
+    return {}
+
+
+def pod_holdup(status: Mapping[str, Any], created_at: datetime) -> PodHoldup | None:
+    """What keeps a pod from running while waiting may still help (see :class:`PodHoldup`)."""
+    scheduled = _condition(status, "PodScheduled")
+    since_text = scheduled.get("lastTransitionTime")
+    since = _parse_time(since_text) if isinstance(since_text, str) else created_at
+    if scheduled.get("status") == "False" and scheduled.get("reason") == UNSCHEDULABLE:
+        return PodHoldup(UNSCHEDULABLE, scheduled.get("message") or "no node fits", since)
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for container in status.get(key) or []:
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in RETRYING_PULL_REASONS:
+                return PodHoldup(waiting["reason"], waiting.get("message") or "", since)
+    return None
+
+
 def pod_view(manifest: Mapping[str, Any]) -> PodView:
     """Build a :class:`PodView` from a pod manifest (API JSON, camelCase keys)."""
     metadata = manifest.get("metadata") or {}
     labels = metadata.get("labels") or {}
     status = manifest.get("status") or {}
     spec = manifest.get("spec") or {}
-    deleting = bool(metadata.get("deletionTimestamp"))
+    deletion = metadata.get("deletionTimestamp")
+    deleting = bool(deletion)
     failure = pod_failure(status)
     if deleting and failure is None:
         failure = TERMINATING
+    created_at = _parse_time(metadata["creationTimestamp"])
     return PodView(
         name=metadata["name"],
         node=labels.get(LABEL_NODE, metadata["name"]),
         pool=labels.get(LABEL_POOL, ""),
         phase=status.get("phase", "Pending"),
         ip=status.get("podIP", ""),
-        created_at=_parse_time(metadata["creationTimestamp"]),
+        created_at=created_at,
         deleting=deleting,
         failure=failure,
         host=spec.get("nodeName", ""),
+        uid=str(metadata.get("uid") or ""),
+        holdup=None if failure is not None else pod_holdup(status, created_at),
+        deletion_deadline=_parse_time(deletion) if isinstance(deletion, str) else None,
     )

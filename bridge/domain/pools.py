@@ -11,14 +11,17 @@ that is wrong, so the config loader can point at the file line that holds it.
 from __future__ import annotations
 
 import copy
+import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
 from bridge.domain.hostlist import expand
+from bridge.domain.verdict import Patience
 from bridge.errors import ConfigError, HostlistError
 
 # Kubernetes' DNS-1123 label: pod hostnames (spec.hostname) must be one, so node names must too.
@@ -82,6 +85,10 @@ class NodePool:
     # A dict is unhashable: leave it out of the hash (equality still compares it).
     pod_template: Mapping[str, Any] = field(default_factory=dict, hash=False)
     weight: int | None = None
+    #: Unschedulable this long fails the node (an autoscaler needs minutes to add a node).
+    schedule_timeout_s: float = 300.0
+    #: A retrying image pull this long after scheduling fails the node.
+    image_pull_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
         # Deep copy: a caller changing its dict later must not change the pool.
@@ -103,6 +110,8 @@ class NodePool:
         gres: Iterable[str] = (),
         pod_template: Mapping[str, Any] | None = None,
         weight: int | None = None,
+        schedule_timeout_s: float = 300.0,
+        image_pull_timeout_s: float = 120.0,
     ) -> NodePool:
         """Build a pool from its hostlist; the partition defaults to the pool's name."""
         try:
@@ -121,6 +130,8 @@ class NodePool:
             gres=tuple(gres),
             pod_template=pod_template or {},
             weight=weight,
+            schedule_timeout_s=schedule_timeout_s,
+            image_pull_timeout_s=image_pull_timeout_s,
         )
 
     def _fail(self, field_name: str, message: str) -> PoolError:
@@ -177,6 +188,23 @@ class NodePool:
             raise self._fail(
                 "weight", f"must be an integer from 0 to {_MAX_WEIGHT}, got {self.weight!r}"
             )
+        for field_name in ("schedule_timeout_s", "image_pull_timeout_s"):
+            value = getattr(self, field_name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value <= 0
+            ):
+                raise self._fail(field_name, f"must be a positive number of seconds, got {value!r}")
+
+    @property
+    def patience(self) -> Patience:
+        """How long this pool's pods may be held up before their node is failed."""
+        return Patience(
+            schedule_timeout=timedelta(seconds=self.schedule_timeout_s),
+            image_pull_timeout=timedelta(seconds=self.image_pull_timeout_s),
+        )
 
     @cached_property
     def node_set(self) -> frozenset[str]:

@@ -9,13 +9,26 @@ The cases (node = Slurm's view, pod = ours):
 =========================================  ======================================================
 node powered down or powering down, pod    delete the pod once older than the age guard
 node powering up, no pod                   create it (a Resume we missed, e.g. bridge was down)
-node powering up or up, pod failed         DOWN with ``k8s: <Reason>: <message>``, delete pod
-                                           (fail fast: Slurm requeues the job at once)
-node up, no pod                            DOWN with ``k8s: PodMissing``, power down
-node DOWN (our reason), not powered down   delete the pod if any, power down
+node powering up, pod terminating          the previous cycle's pod: wait for it to go, then
+                                           create; never inherit its failure
+node powering up or up, pod failed or      DOWN with ``k8s: <Reason>: <message>``, delete pod
+Kubernetes said no (``verdict.judge_pod``) (fail fast: Slurm requeues the job at once)
+node powering up, pod held up (waiting)    the node's Comment says why: ``k8s: waiting: ...``
+node up, no pod                            DOWN with ``k8s: PodMissing`` (re-checked at once
+                                           before it is applied), power down after the hold
+node DOWN (our reason), not powered down   delete the pod if any (not while a job on it is still
+                                           completing), power down after the hold
 node powered down + DOWN with our reason   resume it to ``idle~`` after the hold time
 pod whose node no pool owns or Slurm lacks delete it once older than the age guard
+any pod still terminating past its grace   force-delete it (its kubelet is gone: nobody else
+period plus ``terminating_margin``         will ever confirm the delete)
+pod with an IP, node wants it              Slurm's NodeAddr follows the pod IP (slurmctld
+                                           forgets learnt addresses when it restarts)
+node powered down, no pod                  NodeAddr back to the node's name (the old IP may be
+                                           reused by another pod)
 =========================================  ======================================================
+
+Deletes carry the pod's UID, so a decision about one pod never removes its successor.
 """
 
 from __future__ import annotations
@@ -26,7 +39,8 @@ from datetime import datetime, timedelta
 
 from .nodes import REASON_PREFIX, SlurmNode, our_reason
 from .pods import TERMINATING, PodView
-from .pools import PoolSet
+from .pools import NodePool, PoolSet
+from .verdict import Fail, ScaleUpEvent, Wait, judge_pod
 
 
 @dataclass(frozen=True)
@@ -35,6 +49,8 @@ class Guards:
 
     pod_age_guard: timedelta = timedelta(seconds=30)
     failed_node_hold: timedelta = timedelta(seconds=30)
+    #: How long past its grace period a terminating pod may take before it is force-deleted.
+    terminating_margin: timedelta = timedelta(seconds=15)
 
 
 @dataclass(frozen=True)
@@ -48,6 +64,17 @@ class CreatePod:
 class DeletePod:
     node: str
     why: str
+    #: The pod's UID (a delete precondition); empty when unknown.
+    uid: str = ""
+
+
+@dataclass(frozen=True)
+class ForceDeletePod:
+    """Delete with grace period 0: the pod is stuck terminating (its kubelet is gone)."""
+
+    node: str
+    uid: str
+    why: str
 
 
 @dataclass(frozen=True)
@@ -56,6 +83,26 @@ class MarkDown:
 
     node: str
     reason: str
+    #: Apply only if the node still has no pod when re-checked (a pod the snapshot missed
+    #: must never cost a running job).
+    unless_pod_exists: bool = False
+
+
+@dataclass(frozen=True)
+class SetAddress:
+    """Point Slurm's NodeAddr for the node at ``address`` (the pod IP, or back to the name)."""
+
+    node: str
+    address: str
+    why: str
+
+
+@dataclass(frozen=True)
+class SetComment:
+    """Set the node's Comment to ``text`` (ours, ``k8s: waiting: ...``), or clear it (``""``)."""
+
+    node: str
+    text: str
 
 
 @dataclass(frozen=True)
@@ -74,7 +121,16 @@ class ResumeNode:
     why: str
 
 
-Action = CreatePod | DeletePod | MarkDown | PowerDown | ResumeNode
+Action = (
+    CreatePod
+    | DeletePod
+    | ForceDeletePod
+    | MarkDown
+    | PowerDown
+    | ResumeNode
+    | SetAddress
+    | SetComment
+)
 
 
 def _older_than(moment: datetime | None, now: datetime, age: timedelta) -> bool:
@@ -85,9 +141,9 @@ def _fail(node: SlurmNode, pod: PodView | None, kind: str, message: str) -> list
     actions: list[Action] = []
     reason = our_reason(kind, message)
     if not (node.is_down and node.reason.startswith(reason)):
-        actions.append(MarkDown(node.name, reason))
+        actions.append(MarkDown(node.name, reason, unless_pod_exists=kind == "PodMissing"))
     if pod is not None and not pod.deleting:
-        actions.append(DeletePod(node.name, f"{kind}: {message}"))
+        actions.append(DeletePod(node.name, f"{kind}: {message}", pod.uid))
     # No power down yet: power_down_force clears DOWN and the reason, so the node is held DOWN
     # (visible in sinfo -R, a pause before Slurm retries it) and powered down after the hold.
     return actions
@@ -101,37 +157,40 @@ def _plan_powering_down(
     actions: list[Action] = []
     if pod is not None and not pod.deleting and pod_settled:
         state = "powered down" if node.is_powered_down else "powering down"
-        actions.append(DeletePod(node.name, f"Slurm node is {state}"))
+        actions.append(DeletePod(node.name, f"Slurm node is {state}", pod.uid))
     held = not _older_than(node.reason_since, now, guards.failed_node_hold)
     if node.is_powered_down and node.is_down and node.has_our_reason and pod is None and not held:
         actions.append(ResumeNode(node.name, f"held DOWN for {guards.failed_node_hold}"))
     return actions
 
 
-def plan_node(
-    node: SlurmNode, pod: PodView | None, pool: str, now: datetime, guards: Guards
-) -> list[Action]:
-    """The actions for one node that a pool owns and Slurm knows."""
-    if node.is_powered_down or node.is_powering_down:
-        return _plan_powering_down(node, pod, now, guards)
-    if node.is_down:
-        if not node.has_our_reason:
-            return []  # an admin's DOWN: not ours to touch
-        actions: list[Action] = []
-        if pod is not None and not pod.deleting:
-            actions.append(DeletePod(node.name, f"Down: {node.reason.removeprefix(REASON_PREFIX)}"))
-        elif pod is None and _older_than(node.reason_since, now, guards.failed_node_hold):
-            # Held long enough: without a power down the node would sit in down#/down until
-            # ResumeTimeout, or for good when it was up; powered down it returns to idle~.
-            actions.append(PowerDown(node.name, f"held DOWN for {guards.failed_node_hold}"))
-        return actions
-    if node.is_powering_up and pod is not None and pod.deleting and pod.failure == TERMINATING:
-        return []  # the previous cycle's pod is still terminating: create once it is gone
-    if pod is not None and pod.failure is not None:
-        return _fail(node, pod, pod.failure.reason, pod.failure.message)
+def _plan_down(node: SlurmNode, pod: PodView | None, now: datetime, guards: Guards) -> list[Action]:
+    """A node we set DOWN: the pod goes, then the node is powered down after the hold."""
+    if not node.has_our_reason:
+        return []  # an admin's DOWN: not ours to touch
+    if pod is not None and not pod.deleting:
+        if node.is_busy:
+            return []  # Slurm is still cleaning up a job there: its slurmd must stay for that
+        return [DeletePod(node.name, f"Down: {node.reason.removeprefix(REASON_PREFIX)}", pod.uid)]
+    if pod is None and _older_than(node.reason_since, now, guards.failed_node_hold):
+        # Held long enough: without a power down the node would sit in down#/down until
+        # ResumeTimeout, or for good when it was up; powered down it returns to idle~.
+        return [PowerDown(node.name, f"held DOWN for {guards.failed_node_hold}")]
+    return []
+
+
+def _plan_wanted(node: SlurmNode, pod: PodView | None, pool: NodePool) -> list[Action]:
+    """A node Slurm wants up (powering up, or registered) whose pod is not failing."""
+    if pod is not None and pod.deleting:
+        if node.is_powering_up:
+            # The previous cycle's pod is still terminating (or this one was just evicted):
+            # its state is not this cycle's. Create a new pod once it is gone.
+            return []
+        failure = pod.failure or TERMINATING
+        return _fail(node, pod, failure.reason, failure.message)
     if node.is_powering_up:
         if pod is None:
-            return [CreatePod(node.name, pool, "Slurm node is powering up and has no pod")]
+            return [CreatePod(node.name, pool.name, "Slurm node is powering up and has no pod")]
         return []
     if pod is None:
         if node.power_down_queued:
@@ -144,14 +203,89 @@ def plan_node(
     return []
 
 
+def _plan_stuck(pod: PodView | None, now: datetime, guards: Guards) -> list[Action]:
+    if pod is None or not pod.deleting or pod.deletion_deadline is None:
+        return []
+    overdue = now - pod.deletion_deadline
+    if overdue < guards.terminating_margin:
+        return []
+    return [
+        ForceDeletePod(
+            pod.node,
+            pod.uid,
+            f"still terminating {int(overdue.total_seconds())}s past its grace period "
+            f"(node {pod.host or '?'} does not confirm: kubelet gone?)",
+        )
+    ]
+
+
+def _plan_address(node: SlurmNode, pod: PodView | None) -> list[Action]:
+    if not node.address:
+        return []  # Slurm did not say: nothing to compare with
+    if pod is not None and pod.ip and not pod.deleting and node.wants_pod:
+        if node.address != pod.ip:
+            return [SetAddress(node.name, pod.ip, f"pod {pod.name} has IP {pod.ip}")]
+        return []
+    if pod is None and node.is_powered_down and node.address != node.name:
+        return [SetAddress(node.name, node.name, f"no pod: {node.address} is no longer its IP")]
+    return []
+
+
+def _plan_comment(node: SlurmNode, waiting: str) -> list[Action]:
+    if waiting:
+        return [] if node.comment == waiting else [SetComment(node.name, waiting)]
+    if node.comment.startswith(REASON_PREFIX):
+        return [SetComment(node.name, "")]
+    return []
+
+
+def plan_node(
+    node: SlurmNode,
+    pod: PodView | None,
+    pool: NodePool,
+    now: datetime,
+    guards: Guards,
+    *,
+    events: Iterable[ScaleUpEvent] = (),
+) -> list[Action]:
+    """The actions for one node that a pool owns and Slurm knows."""
+    waiting = ""
+    if node.is_powered_down or node.is_powering_down:
+        actions = _plan_powering_down(node, pod, now, guards)
+    elif node.is_down:
+        actions = _plan_down(node, pod, now, guards)
+    else:
+        verdict = None
+        if pod is not None and not pod.deleting:
+            verdict = judge_pod(pod, pool.patience, events, now)
+        if isinstance(verdict, Fail):
+            actions = _fail(node, pod, verdict.reason, verdict.message)
+        else:
+            if isinstance(verdict, Wait):
+                waiting = our_reason("waiting", verdict.why)
+            actions = _plan_wanted(node, pod, pool)
+    return [
+        *actions,
+        *_plan_stuck(pod, now, guards),
+        *_plan_comment(node, waiting),
+        *_plan_address(node, pod),
+    ]
+
+
 def plan(
     slurm_nodes: Iterable[SlurmNode],
     pods: Iterable[PodView],
     pools: PoolSet,
     now: datetime,
     guards: Guards,
+    *,
+    events: Iterable[ScaleUpEvent] = (),
 ) -> list[Action]:
-    """Everything to do so that Slurm's and Kubernetes' views agree, in a stable order."""
+    """Everything to do so that Slurm's and Kubernetes' views agree, in a stable order.
+
+    ``events`` are what a cluster autoscaler said about our pods (see ``verdict.judge_pod``).
+    """
+    scale_events = tuple(events)
     nodes: Mapping[str, SlurmNode] = {n.name: n for n in slurm_nodes}
     by_node: Mapping[str, PodView] = {p.node: p for p in pods}
     actions: list[Action] = []
@@ -165,7 +299,8 @@ def plan(
                 and _older_than(pod.created_at, now, guards.pod_age_guard)
             ):
                 owner = "no pool owns it" if pool is None else "Slurm does not know it"
-                actions.append(DeletePod(name, f"orphan pod: {owner}"))
+                actions.append(DeletePod(name, f"orphan pod: {owner}", pod.uid))
+            actions.extend(_plan_stuck(pod, now, guards))
             continue
-        actions.extend(plan_node(node, pod, pool.name, now, guards))
+        actions.extend(plan_node(node, pod, pool, now, guards, events=scale_events))
     return actions

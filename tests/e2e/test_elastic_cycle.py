@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,41 +14,19 @@ import pytest
 from tests.cluster import (
     SHARED,
     bridge_pid,
+    job_finished,
     job_state,
     node,
     pods,
-    reset_nodes,
     restart_bridge,
     submit,
     wait_down,
     wait_for,
     wait_idle_powered_down,
 )
-from tests.conftest import ProvingGround
+from tests.conftest import ProvingGround, Use
 
 pytestmark = pytest.mark.e2e
-Use = Callable[[str], None]
-
-
-@pytest.fixture
-def use(proving_ground: ProvingGround) -> Iterator[Use]:
-    used: list[str] = []
-
-    def take(hostlist: str) -> None:
-        reset_nodes(proving_ground, hostlist)
-        wait_idle_powered_down(proving_ground, hostlist, timeout=90)
-        used.append(hostlist)
-
-    yield take
-    for hostlist in used:
-        reset_nodes(proving_ground, hostlist)
-    for hostlist in used:
-        wait_idle_powered_down(proving_ground, hostlist, timeout=90)
-
-
-def _done(pg: ProvingGround, job: int) -> str | None:
-    state = job_state(pg, job)
-    return state if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL") else None
 
 
 def _submit_srun_hostname(pg: ProvingGround, partition: str, nodes: str, out: Path) -> int:
@@ -74,7 +51,7 @@ def _run_two_node_job(pg: ProvingGround, partition: str, nodes: str, names: list
     job = _submit_srun_hostname(pg, partition, nodes, out)
     seen = wait_for("two pods", lambda: all(n in pods(pg) for n in names) or None, 60)
     del seen
-    state = wait_for(f"job {job} to finish", lambda: _done(pg, job), 180, every=1)
+    state = wait_for(f"job {job} to finish", lambda: job_finished(pg, job), 180, every=1)
     assert state == "COMPLETED", f"job {job} ended {state}"
     text = Path(str(out).replace("%j", str(job))).read_text()
     assert sorted(text.split()) == sorted(names), text
@@ -106,7 +83,7 @@ def test_two_jobs_on_two_pools_at_once(proving_ground: ProvingGround, use: Use) 
         out = SHARED / f"e2e-two-{partition}-%j.out"
         jobs[partition] = _submit_srun_hostname(pg, partition, nodes, out)
     for partition, job in jobs.items():
-        state = wait_for(f"{partition} job", lambda job=job: _done(pg, job), 180, every=1)
+        state = wait_for(f"{partition} job", lambda job=job: job_finished(pg, job), 180, every=1)
         assert state == "COMPLETED"
     labels = {n: p["metadata"]["labels"]["slurm-k8s-bridge.io/pool"] for n, p in pods(pg).items()}
     assert labels.get("cpu-2") == "cpu" and labels.get("big-0") == "big"
@@ -152,7 +129,7 @@ def test_broken_pool_fails_fast_recovers_and_runs_once_fixed(
     fixed.write_text(config.replace("slurmd:does-not-exist", "slurmd:dev"))
     restart_bridge(pg, fixed)
     try:
-        state = wait_for("job to run", lambda: _done(pg, job), 240, every=2)
+        state = wait_for("job to run", lambda: job_finished(pg, job), 240, every=2)
         assert state == "COMPLETED"
         assert Path(str(out).replace("%j", str(job))).read_text().strip() == "broken-1"
     finally:

@@ -20,6 +20,7 @@ from typing import Any
 
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.pods import PodFailure, PodView, pod_view
+from bridge.domain.verdict import ScaleUpEvent
 from bridge.errors import BackendError, InvalidInput
 
 _POWER_FLAGS = frozenset({"POWERING_UP", "POWERING_DOWN", "POWER_DOWN", "NOT_RESPONDING"})
@@ -65,6 +66,18 @@ class FakeSlurm:
             if node is not None:  # Slurm may know nodes no pool owns; those we do not model
                 self.nodes[name] = self._apply(node, state, reason)
 
+    def set_node_addresses(self, addresses: Mapping[str, str]) -> None:
+        self.journal.append("slurm nodeaddr " + ",".join(f"{n}={a}" for n, a in addresses.items()))
+        for name, address in addresses.items():
+            if name in self.nodes:
+                self.nodes[name] = dataclasses.replace(self.nodes[name], address=address)
+
+    def set_node_comment(self, names: Sequence[str], comment: str) -> None:
+        self.journal.append(f"slurm comment {','.join(names)} {comment!r}")
+        for name in names:
+            if name in self.nodes:
+                self.nodes[name] = dataclasses.replace(self.nodes[name], comment=comment)
+
     def _apply(self, node: SlurmNode, state: str, reason: str | None) -> SlurmNode:
         if state == "down":
             return dataclasses.replace(
@@ -89,6 +102,10 @@ class FakePods:
         self.create_errors: dict[str, BackendError | InvalidInput] = {}
         self.delete_errors: dict[str, BackendError | InvalidInput] = {}
         self.events: list[tuple[str, str, str, bool]] = []
+        #: What ``list_scale_up_events`` answers (a cluster autoscaler's Events).
+        self.scale_up_events: list[ScaleUpEvent] = []
+        #: Every delete's (name, uid, grace period) as asked for.
+        self.delete_options: list[tuple[str, str, int | None]] = []
         #: Every create and delete asked for, in order, whatever its outcome.
         self.create_calls: list[str] = []
         self.delete_calls: list[str] = []
@@ -150,13 +167,31 @@ class FakePods:
     def record_event(self, pod: str, reason: str, message: str, *, warning: bool = False) -> None:
         self.events.append((pod, reason, message, warning))
 
-    def delete_pods(self, names: Sequence[str]) -> dict[str, bool | BackendError | InvalidInput]:
+    def delete_pods(
+        self,
+        names: Sequence[str],
+        *,
+        uids: Mapping[str, str] | None = None,
+        grace_period_s: int | None = None,
+    ) -> dict[str, bool | BackendError | InvalidInput]:
         results: dict[str, bool | BackendError | InvalidInput] = {}
         for name in names:
+            uid = (uids or {}).get(name, "")
             self.delete_calls.append(name)
+            self.delete_options.append((name, uid, grace_period_s))
             self.journal.append(f"delete {name}")
+            current = self.pods.get(name)
             if name in self.delete_errors:
                 results[name] = self.delete_errors[name]
+            elif current is not None and uid and current.uid != uid:
+                results[name] = False  # the precondition protects a successor
             else:
                 results[name] = self.pods.pop(name, None) is not None
         return results
+
+    def pod_exists(self, name: str) -> bool:
+        self.journal.append(f"read {name}")
+        return name in self.pods
+
+    def list_scale_up_events(self) -> list[ScaleUpEvent]:
+        return list(self.scale_up_events)

@@ -137,7 +137,8 @@ HEAD = "slurm:\n  conf_server: ctl:6817\npools:\n"  # lines 1-3; POOL starts on 
         (
             HEAD + POOL.replace("cpus: 2", "cpu: 2"),
             "bridge.yaml:6: pools[0].cpu: unknown key; known keys: name, nodes, cpus, "
-            "real_memory_mb, partition, image, features, gres, weight, pod_template",
+            "real_memory_mb, partition, image, features, gres, weight, schedule_timeout_s, "
+            "image_pull_timeout_s, pod_template",
         ),
         (
             HEAD + POOL.replace("    cpus: 2\n", ""),
@@ -209,7 +210,7 @@ HEAD = "slurm:\n  conf_server: ctl:6817\npools:\n"  # lines 1-3; POOL starts on 
         (
             HEAD + POOL + "kubernetes:\n  namespase: x\n",
             "bridge.yaml:10: kubernetes.namespase: unknown key; known keys: namespace, "
-            "kubeconfig, context",
+            "kubeconfig, context, node_service, cluster_domain",
         ),
         (
             HEAD + POOL + "kubernetes:\n  namespace: Slurm\n",

@@ -55,6 +55,9 @@ def test_empty_template_renders_the_whole_pod() -> None:
         },
         "spec": {
             "hostname": "cpu-1",
+            # The headless Service's domain is searched, so node names resolve in every pod.
+            "subdomain": "slurm-nodes",
+            "dnsConfig": {"searches": ["slurm-nodes.hpc.svc.cluster.local"]},
             "restartPolicy": "Never",
             "enableServiceLinks": False,
             "automountServiceAccountToken": False,
@@ -238,6 +241,10 @@ def test_node_outside_the_pool_is_refused() -> None:
             [(("spec", "hostname"), "the bridge sets it to the node name")],
         ),
         (
+            {"spec": {"subdomain": "x"}},
+            [(("spec", "subdomain"), "the bridge sets it to kubernetes.node_service")],
+        ),
+        (
             {"spec": {"restartPolicy": "Always"}},
             [
                 (
@@ -280,3 +287,31 @@ def test_template_problems(template: dict[str, Any], problems: list[Any]) -> Non
 )
 def test_template_image(template: dict[str, Any], image: str) -> None:
     assert template_image(template) == image
+
+
+def test_the_templates_own_dns_searches_stay_after_the_node_domain() -> None:
+    pool = NodePool.create(
+        name="cpu",
+        nodes="cpu-[0-1]",
+        cpus=2,
+        real_memory_mb=1024,
+        image="localhost/s:1",
+        pod_template={"spec": {"dnsConfig": {"searches": ["site.example"], "options": []}}},
+    )
+    settings = PodSettings(namespace="hpc", cluster_name="prod", conf_server="10.0.0.1")
+    spec = render_pod(pool, "cpu-0", settings)["spec"]
+    assert spec["dnsConfig"] == {
+        "searches": ["slurm-nodes.hpc.svc.cluster.local", "site.example"],
+        "options": [],
+    }
+
+
+def test_no_node_service_means_no_subdomain() -> None:
+    pool = NodePool.create(
+        name="cpu", nodes="cpu-0", cpus=2, real_memory_mb=1024, image="localhost/s:1"
+    )
+    settings = PodSettings(
+        namespace="hpc", cluster_name="prod", conf_server="10.0.0.1", node_service=""
+    )
+    spec = render_pod(pool, "cpu-0", settings)["spec"]
+    assert "subdomain" not in spec and "dnsConfig" not in spec

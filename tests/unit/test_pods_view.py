@@ -11,6 +11,7 @@ from bridge.domain.pods import (
     LABEL_NODE,
     LABEL_POOL,
     PodFailure,
+    PodHoldup,
     PodView,
     pod_failure,
     pod_view,
@@ -78,12 +79,12 @@ UNSCHEDULABLE = {
         ),
         pytest.param(
             {"phase": "Pending", "conditions": [UNSCHEDULABLE]},
-            PodFailure("Unschedulable", "0/3 nodes are available: 3 Insufficient cpu."),
+            None,  # a hold-up with a clock (PodView.holdup), not a failure
             id="unschedulable",
         ),
         pytest.param(
             {"phase": "Pending", "conditions": [{**UNSCHEDULABLE, "message": ""}]},
-            PodFailure("Unschedulable", "no node fits"),
+            None,
             id="unschedulable-no-message",
         ),
         pytest.param(
@@ -96,12 +97,12 @@ UNSCHEDULABLE = {
                 "phase": "Pending",
                 "containerStatuses": [waiting("ErrImagePull", "pull access denied")],
             },
-            PodFailure("ErrImagePull", "pull access denied"),
+            None,  # may succeed on the kubelet's next try: a hold-up
             id="err-image-pull",
         ),
         pytest.param(
             {"phase": "Pending", "containerStatuses": [waiting("ImagePullBackOff")]},
-            PodFailure("ImagePullBackOff", "ImagePullBackOff"),
+            None,
             id="image-pull-backoff-no-message",
         ),
         pytest.param(
@@ -120,8 +121,18 @@ UNSCHEDULABLE = {
                 "initContainerStatuses": [waiting("ErrImagePull", "no such image")],
                 "containerStatuses": [waiting("PodInitializing")],
             },
-            PodFailure("ErrImagePull", "no such image"),
+            None,
             id="init-container-image-pull",
+        ),
+        pytest.param(
+            {"phase": "Pending", "containerStatuses": [waiting("ErrImageNeverPull", "never")]},
+            PodFailure("ErrImageNeverPull", "never"),
+            id="image-never-pull-is-permanent",
+        ),
+        pytest.param(
+            {"phase": "Pending", "containerStatuses": [waiting("InvalidImageName", "bad")]},
+            PodFailure("InvalidImageName", "bad"),
+            id="invalid-image-name-is-permanent",
         ),
         pytest.param(
             {
@@ -197,6 +208,64 @@ UNSCHEDULABLE = {
 def test_pod_failure(status: dict[str, Any], failure: PodFailure | None) -> None:
     assert pod_failure(status) == failure
     assert pod_view(manifest(status)).failure == failure
+
+
+SINCE = "2026-12-02T11:59:00Z"
+
+
+@pytest.mark.parametrize(
+    ("status", "holdup"),
+    [
+        pytest.param({"phase": "Pending"}, None, id="pending"),
+        pytest.param(
+            {"phase": "Pending", "conditions": [{**UNSCHEDULABLE, "lastTransitionTime": SINCE}]},
+            PodHoldup(
+                "Unschedulable",
+                "0/3 nodes are available: 3 Insufficient cpu.",
+                datetime(2026, 12, 2, 11, 59, tzinfo=UTC),
+            ),
+            id="unschedulable-since-its-transition",
+        ),
+        pytest.param(
+            {"phase": "Pending", "conditions": [{**UNSCHEDULABLE, "message": ""}]},
+            PodHoldup("Unschedulable", "no node fits", datetime(2026, 12, 2, 11, 58, tzinfo=UTC)),
+            id="unschedulable-no-time-counts-from-creation",
+        ),
+        pytest.param(
+            {
+                "phase": "Pending",
+                "conditions": [{**SCHEDULED, "lastTransitionTime": SINCE}],
+                "containerStatuses": [waiting("ErrImagePull", "registry timeout")],
+            },
+            PodHoldup(
+                "ErrImagePull", "registry timeout", datetime(2026, 12, 2, 11, 59, tzinfo=UTC)
+            ),
+            id="pull-since-scheduled",
+        ),
+        pytest.param(
+            {
+                "phase": "Pending",
+                "initContainerStatuses": [waiting("ImagePullBackOff", "back-off")],
+            },
+            PodHoldup("ImagePullBackOff", "back-off", datetime(2026, 12, 2, 11, 58, tzinfo=UTC)),
+            id="init-container-pull",
+        ),
+        pytest.param(
+            {"phase": "Pending", "containerStatuses": [waiting("ErrImageNeverPull", "never")]},
+            None,  # a failure instead (see test_pod_failure)
+            id="permanent-pull-error-is-no-holdup",
+        ),
+    ],
+)
+def test_pod_holdup(status: dict[str, Any], holdup: PodHoldup | None) -> None:
+    assert pod_view(manifest(status)).holdup == holdup
+
+
+def test_deletion_deadline_and_uid_are_read() -> None:
+    view = pod_view(manifest({"phase": "Running"}, deleting=True, uid="u-1"))
+    assert view.uid == "u-1"
+    assert view.deletion_deadline == datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+    assert view.holdup is None
 
 
 def test_pod_view_reads_the_manifest() -> None:

@@ -14,18 +14,22 @@ from typing import Any
 import pytest
 
 from bridge.domain.nodes import SlurmNode
-from bridge.domain.pods import PodFailure, PodView
+from bridge.domain.pods import PodFailure, PodHoldup, PodView
 from bridge.domain.pools import NodePool, PoolSet
 from bridge.domain.reconcile import (
     Action,
     CreatePod,
     DeletePod,
+    ForceDeletePod,
     Guards,
     MarkDown,
     PowerDown,
     ResumeNode,
+    SetAddress,
+    SetComment,
     plan,
 )
+from bridge.domain.verdict import ScaleUpEvent
 from tests.unit.fakes import FakePods, FakeSlurm
 
 NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
@@ -40,6 +44,7 @@ POOLS = PoolSet(
 
 UNSCHEDULABLE = PodFailure("Unschedulable", "0/3 nodes are available: 3 Insufficient cpu.")
 IMAGE = PodFailure("ErrImagePull", "pull access denied for localhost/nope")
+NEVER_PULL = PodFailure("ErrImageNeverPull", 'image "localhost/nope" is not present')
 EVICTED = PodFailure("Evicted", "The node was low on resource: memory.")
 DISRUPTED = PodFailure("EvictionByEvictionAPI", "Eviction API: evicting")
 FAILED = PodFailure("Failed", "pod phase is Failed")
@@ -52,10 +57,17 @@ def node(
     *flags: str,
     reason: str = "",
     since_s: float | None = None,
+    address: str = "",
+    comment: str = "",
 ) -> SlurmNode:
-    """A CLOUD node; ``since_s`` is how long ago Slurm recorded the reason."""
+    """A CLOUD node; ``since_s`` is how long ago Slurm recorded the reason.
+
+    ``address`` "" means Slurm did not say (the plan then leaves NodeAddr alone).
+    """
     since = None if since_s is None else NOW - timedelta(seconds=since_s)
-    return SlurmNode(name, state, frozenset({"CLOUD", *flags}), reason, "", since)
+    return SlurmNode(
+        name, state, frozenset({"CLOUD", *flags}), reason, address, since, comment=comment
+    )
 
 
 def pod(
@@ -66,18 +78,44 @@ def pod(
     failure: PodFailure | None = None,
     deleting: bool = False,
     pool: str = "cpu",
+    uid: str = "",
+    holdup: PodHoldup | None = None,
+    overdue_s: float | None = None,
+    ip: str | None = None,
 ) -> PodView:
-    """A pod of ours created ``age_s`` seconds before ``NOW``."""
+    """A pod of ours created ``age_s`` seconds before ``NOW``; ``overdue_s``: how long ago its
+    deletion grace period ended."""
+    deadline = None if overdue_s is None else NOW - timedelta(seconds=overdue_s)
     return PodView(
         name=name,
         node=name,
         pool=pool,
         phase=phase,
-        ip="10.0.0.1" if phase == "Running" else "",
+        ip=ip if ip is not None else ("10.0.0.1" if phase == "Running" else ""),
         created_at=NOW - timedelta(seconds=age_s),
         deleting=deleting,
         failure=failure,
+        uid=uid,
+        holdup=holdup,
+        deletion_deadline=deadline,
     )
+
+
+def unschedulable(waited_s: float) -> PodHoldup:
+    return PodHoldup("Unschedulable", NO_FIT, NOW - timedelta(seconds=waited_s))
+
+
+def pulling(waited_s: float) -> PodHoldup:
+    return PodHoldup("ErrImagePull", "registry timeout", NOW - timedelta(seconds=waited_s))
+
+
+def said(reason: str, ago_s: float, uid: str = "u-1", message: str = "") -> ScaleUpEvent:
+    return ScaleUpEvent(uid, reason, message, NOW - timedelta(seconds=ago_s))
+
+
+NO_FIT = "0/3 nodes are available: 3 Insufficient cpu."
+NO_GROUP = "pod didn't trigger scale-up: 2 max node group size reached"
+WAITING_40S = "k8s: waiting: Unschedulable since 2026-12-02T11:59:20Z"
 
 
 @dataclass(frozen=True)
@@ -89,6 +127,8 @@ class Case:
     #: What the next pass does once ``actions`` took effect (usually nothing).
     then: list[Action] = field(default_factory=list)
     marks: tuple[Any, ...] = ()
+    #: What a cluster autoscaler said (Events on pods).
+    events: list[ScaleUpEvent] = field(default_factory=list)
 
 
 def held(name: str, reason: str) -> list[Action]:
@@ -97,10 +137,12 @@ def held(name: str, reason: str) -> list[Action]:
     return []
 
 
-def fail_fast(name: str, failure: PodFailure, *, delete: bool = True) -> list[Action]:
+def fail_fast(
+    name: str, failure: PodFailure, *, delete: bool = True, uid: str = ""
+) -> list[Action]:
     actions: list[Action] = [MarkDown(name, f"k8s: {failure.reason}: {failure.message}")]
     if delete:
-        actions.append(DeletePod(name, f"{failure.reason}: {failure.message}"))
+        actions.append(DeletePod(name, f"{failure.reason}: {failure.message}", uid))
     return actions
 
 
@@ -172,19 +214,92 @@ CASES = [
         [],
     ),
     # -- node powering up or up, pod failed: DOWN with reason, delete pod, power down -----------
+    # -- held up: Kubernetes may still run the pod; fail only on evidence ---------------------
     Case(
-        "powering-up+unschedulable:fail-fast",
+        "powering-up+unschedulable-40s:wait-and-say-so",
         [node("cpu-0", "ALLOCATED", "POWERING_UP")],
-        [pod("cpu-0", phase="Pending", age_s=2, failure=UNSCHEDULABLE)],
-        fail_fast("cpu-0", UNSCHEDULABLE),
-        then=held("cpu-0", f"k8s: {UNSCHEDULABLE.reason}: {UNSCHEDULABLE.message}"),
+        [pod("cpu-0", phase="Pending", uid="u-1", holdup=unschedulable(40))],
+        [SetComment("cpu-0", WAITING_40S)],
     ),
     Case(
-        "powering-up+image-pull:fail-fast",
+        "powering-up+unschedulable+comment-already-says-so:quiet",
+        [node("cpu-0", "ALLOCATED", "POWERING_UP", comment=WAITING_40S)],
+        [pod("cpu-0", phase="Pending", uid="u-1", holdup=unschedulable(40))],
+        [],
+    ),
+    Case(
+        "powering-up+unschedulable+autoscaler-triggered:wait",
         [node("cpu-0", "ALLOCATED", "POWERING_UP")],
-        [pod("cpu-0", phase="Pending", failure=IMAGE)],
-        fail_fast("cpu-0", IMAGE),
-        then=held("cpu-0", f"k8s: {IMAGE.reason}: {IMAGE.message}"),
+        [pod("cpu-0", phase="Pending", uid="u-1", holdup=unschedulable(40))],
+        [SetComment("cpu-0", WAITING_40S + ", TriggeredScaleUp")],
+        events=[said("NotTriggerScaleUp", 30), said("TriggeredScaleUp", 10)],
+    ),
+    Case(
+        "powering-up+unschedulable-300s:fail-at-schedule-timeout",
+        [node("cpu-0", "ALLOCATED", "POWERING_UP")],
+        [pod("cpu-0", phase="Pending", uid="u-1", holdup=unschedulable(300))],
+        fail_fast(
+            "cpu-0",
+            PodFailure("Unschedulable", f"{NO_FIT} (waited 300s, schedule_timeout 300s)"),
+            uid="u-1",
+        ),
+    ),
+    Case(
+        "powering-up+unschedulable+autoscaler-says-no:fail-fast",
+        [node("cpu-0", "ALLOCATED", "POWERING_UP")],
+        [pod("cpu-0", phase="Pending", uid="u-1", holdup=unschedulable(5))],
+        fail_fast("cpu-0", PodFailure("NotTriggerScaleUp", NO_GROUP), uid="u-1"),
+        events=[said("TriggeredScaleUp", 4), said("NotTriggerScaleUp", 1, message=NO_GROUP)],
+    ),
+    Case(
+        "powering-up+unschedulable+no-from-another-pod:wait",
+        [node("cpu-0", "ALLOCATED", "POWERING_UP")],
+        [pod("cpu-0", phase="Pending", uid="u-1", holdup=unschedulable(40))],
+        [SetComment("cpu-0", WAITING_40S)],
+        events=[said("NotTriggerScaleUp", 1, uid="u-old", message=NO_GROUP)],
+    ),
+    Case(
+        "powering-up+unschedulable+no-from-before-this-holdup:wait",
+        [node("cpu-0", "ALLOCATED", "POWERING_UP")],
+        [pod("cpu-0", phase="Pending", uid="u-1", holdup=unschedulable(40))],
+        [SetComment("cpu-0", WAITING_40S)],
+        events=[said("NotTriggerScaleUp", 60, message=NO_GROUP)],
+    ),
+    Case(
+        "powering-up+image-pull-failing-30s:wait",
+        [node("cpu-0", "ALLOCATED", "POWERING_UP")],
+        [pod("cpu-0", phase="Pending", holdup=pulling(30))],
+        [SetComment("cpu-0", "k8s: waiting: ErrImagePull since 2026-12-02T11:59:30Z")],
+    ),
+    Case(
+        "powering-up+image-pull-failing-120s:fail",
+        [node("cpu-0", "ALLOCATED", "POWERING_UP")],
+        [pod("cpu-0", phase="Pending", holdup=pulling(120))],
+        fail_fast(
+            "cpu-0",
+            PodFailure(
+                "ErrImagePull", "registry timeout (failing for 120s, image_pull_timeout 120s)"
+            ),
+        ),
+    ),
+    Case(
+        "powering-up+permanent-image-error:fail-fast",
+        [node("cpu-0", "ALLOCATED", "POWERING_UP")],
+        [pod("cpu-0", phase="Pending", failure=NEVER_PULL)],
+        fail_fast("cpu-0", NEVER_PULL),
+        then=held("cpu-0", f"k8s: {NEVER_PULL.reason}: {NEVER_PULL.message}"),
+    ),
+    Case(
+        "up+stale-waiting-comment:cleared",
+        [node("cpu-0", "ALLOCATED", comment=WAITING_40S)],
+        [pod("cpu-0")],
+        [SetComment("cpu-0", "")],
+    ),
+    Case(
+        "up+admin-comment:kept",
+        [node("cpu-0", "ALLOCATED", comment="rack 4")],
+        [pod("cpu-0")],
+        [],
     ),
     Case(
         "up+evicted(Failed phase):fail-fast",
@@ -237,7 +352,13 @@ CASES = [
         "up+no-pod:pod-missing",
         [node("cpu-0", "IDLE")],
         [],
-        [MarkDown("cpu-0", "k8s: PodMissing: no pod for node cpu-0; Slurm thinks it is up")],
+        [
+            MarkDown(
+                "cpu-0",
+                "k8s: PodMissing: no pod for node cpu-0; Slurm thinks it is up",
+                unless_pod_exists=True,
+            )
+        ],
         then=held("cpu-0", "k8s: PodMissing: no pod for node cpu-0; Slurm thinks it is up"),
     ),
     # -- node DOWN ------------------------------------------------------------------------------
@@ -362,14 +483,106 @@ CASES = [
             DeletePod("zz-9", "orphan pod: no pool owns it"),
         ],
     ),
-    # -- known gaps (strict xfail: they flip to failures once fixed) -----------------------------
+    # -- a terminating predecessor: wait, never inherit its failure, force it when stuck ------
     Case(
-        # Slurm resumed the node while its previous pod still terminates (grace period): the
-        # resume RPC got 409 from our own terminating pod and counted it as "exists already".
-        # The previous cycle's pod is still terminating: wait, then create.
         "powering-up+old-pod-terminating:wait-then-create",
         [node("cpu-0", "ALLOCATED", "POWERING_UP")],
-        [pod("cpu-0", deleting=True, failure=DELETED)],
+        [pod("cpu-0", deleting=True, failure=DELETED, overdue_s=-20)],
+        [],
+    ),
+    Case(
+        "powering-up+evicted-predecessor-terminating:wait-not-fail",
+        [node("cpu-0", "ALLOCATED", "POWERING_UP")],
+        [pod("cpu-0", phase="Failed", deleting=True, failure=EVICTED, overdue_s=-20)],
+        [],
+    ),
+    Case(
+        "powering-up+predecessor-stuck-past-grace:force-delete-then-create",
+        [node("cpu-0", "ALLOCATED", "POWERING_UP")],
+        [pod("cpu-0", deleting=True, failure=DELETED, uid="u-old", overdue_s=15)],
+        [
+            ForceDeletePod(
+                "cpu-0",
+                "u-old",
+                "still terminating 15s past its grace period (node ? does not confirm: "
+                "kubelet gone?)",
+            )
+        ],
+        then=[CreatePod("cpu-0", "cpu", "Slurm node is powering up and has no pod")],
+    ),
+    Case(
+        "powering-up+predecessor-within-margin:wait",
+        [node("cpu-0", "ALLOCATED", "POWERING_UP")],
+        [pod("cpu-0", deleting=True, failure=DELETED, uid="u-old", overdue_s=14)],
+        [],
+    ),
+    Case(
+        "orphan-stuck-terminating:force-delete",
+        [],
+        [pod("cpu-3", deleting=True, failure=DELETED, uid="u-9", overdue_s=60)],
+        [
+            ForceDeletePod(
+                "cpu-3",
+                "u-9",
+                "still terminating 60s past its grace period (node ? does not confirm: "
+                "kubelet gone?)",
+            )
+        ],
+    ),
+    Case(
+        "down-our-reason+job-completing+pod:keep-the-pod-until-slurm-is-done",
+        [node("cpu-0", "DOWN", "COMPLETING", reason=OURS, since_s=5)],
+        [pod("cpu-0")],
+        [],
+    ),
+    Case(
+        "powered-down+old-pod:delete-carries-its-uid",
+        [node("cpu-0", "IDLE", "POWERED_DOWN")],
+        [pod("cpu-0", uid="u-7")],
+        [DeletePod("cpu-0", "Slurm node is powered down", "u-7")],
+    ),
+    # -- addresses: Slurm's NodeAddr follows the pod IP, and goes back to the name -------------
+    Case(
+        "up+nodeaddr-is-the-name:set-pod-ip",
+        [node("cpu-0", "ALLOCATED", address="cpu-0")],
+        [pod("cpu-0", ip="10.213.0.7")],
+        [SetAddress("cpu-0", "10.213.0.7", "pod cpu-0 has IP 10.213.0.7")],
+    ),
+    Case(
+        "powering-up+pod-ip-known:set-it-before-registration",
+        [node("cpu-0", "ALLOCATED", "POWERING_UP", address="cpu-0")],
+        [pod("cpu-0", ip="10.213.0.7")],
+        [SetAddress("cpu-0", "10.213.0.7", "pod cpu-0 has IP 10.213.0.7")],
+    ),
+    Case(
+        "up+nodeaddr-is-an-old-ip:set-pod-ip",
+        [node("cpu-0", "IDLE", address="10.213.0.3")],
+        [pod("cpu-0", ip="10.213.0.7")],
+        [SetAddress("cpu-0", "10.213.0.7", "pod cpu-0 has IP 10.213.0.7")],
+    ),
+    Case(
+        "up+nodeaddr-right:nothing",
+        [node("cpu-0", "IDLE", address="10.213.0.7")],
+        [pod("cpu-0", ip="10.213.0.7")],
+        [],
+    ),
+    Case(
+        "powered-down+no-pod+old-ip:back-to-the-name",
+        [node("cpu-0", "IDLE", "POWERED_DOWN", address="10.213.0.7")],
+        [],
+        [SetAddress("cpu-0", "cpu-0", "no pod: 10.213.0.7 is no longer its IP")],
+    ),
+    Case(
+        "powered-down+pod-still-there+old-ip:pod-first",
+        [node("cpu-0", "IDLE", "POWERED_DOWN", address="10.213.0.7")],
+        [pod("cpu-0", ip="10.213.0.7", uid="u-1")],
+        [DeletePod("cpu-0", "Slurm node is powered down", "u-1")],
+        then=[SetAddress("cpu-0", "cpu-0", "no pod: 10.213.0.7 is no longer its IP")],
+    ),
+    Case(
+        "powering-up+pending-pod-without-ip:leave-the-name",
+        [node("cpu-0", "ALLOCATED", "POWERING_UP", address="cpu-0")],
+        [pod("cpu-0", phase="Pending", age_s=2)],
         [],
     ),
 ]
@@ -377,7 +590,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
 def test_plan(case: Case) -> None:
-    assert plan(case.nodes, case.pods, POOLS, NOW, GUARDS) == case.actions
+    assert plan(case.nodes, case.pods, POOLS, NOW, GUARDS, events=case.events) == case.actions
 
 
 def apply(actions: list[Action], slurm: FakeSlurm, pods: FakePods) -> None:
@@ -386,8 +599,12 @@ def apply(actions: list[Action], slurm: FakeSlurm, pods: FakePods) -> None:
         if isinstance(a, MarkDown):
             slurm.update_nodes([a.node], state="down", reason=a.reason)
     for a in actions:
-        if isinstance(a, DeletePod):
-            pods.delete_pods([a.node])
+        if isinstance(a, DeletePod | ForceDeletePod):
+            pods.delete_pods([a.node], uids={a.node: a.uid} if a.uid else None)
+        elif isinstance(a, SetAddress):
+            slurm.set_node_addresses({a.node: a.address})
+        elif isinstance(a, SetComment):
+            slurm.set_node_comment([a.node], a.text)
     for a in actions:
         if isinstance(a, PowerDown):
             slurm.update_nodes([a.node], state="power_down_force")
@@ -402,11 +619,12 @@ def test_plan_after_its_actions_is_quiet(case: Case) -> None:
     slurm = FakeSlurm(case.nodes, now=NOW)
     pods = FakePods(now=NOW)
     pods.pods = {p.node: p for p in case.pods}
-    apply(plan(case.nodes, case.pods, POOLS, NOW, GUARDS), slurm, pods)
-    second = plan(slurm.list_nodes(), pods.list_pods()[0], POOLS, NOW, GUARDS)
+    events = case.events
+    apply(plan(case.nodes, case.pods, POOLS, NOW, GUARDS, events=events), slurm, pods)
+    second = plan(slurm.list_nodes(), pods.list_pods()[0], POOLS, NOW, GUARDS, events=events)
     assert second == case.then
     apply(second, slurm, pods)
-    assert plan(slurm.list_nodes(), pods.list_pods()[0], POOLS, NOW, GUARDS) == []
+    assert plan(slurm.list_nodes(), pods.list_pods()[0], POOLS, NOW, GUARDS, events=events) == []
 
 
 def test_plan_is_pure() -> None:

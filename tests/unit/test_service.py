@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -18,9 +19,12 @@ from bridge.domain.pods import (
     LABEL_POOL,
     MANAGED_BY,
     PodFailure,
+    PodHoldup,
+    PodView,
 )
 from bridge.domain.reconcile import CreatePod, DeletePod, MarkDown, PowerDown, ResumeNode
 from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
+from bridge.domain.verdict import ScaleUpEvent
 from bridge.errors import (
     BackendError,
     Conflict,
@@ -325,9 +329,14 @@ def test_reconcile_once_executes_the_plan_slurm_first_batched_by_reason() -> Non
         DeletePod("cpu-2", "Slurm node is powered down"),
         CreatePod("cpu-3", "cpu", "Slurm node is powering up and has no pod"),
         ResumeNode("gpu-0", "held DOWN for 0:01:00"),
-        MarkDown("gpu-1", "k8s: PodMissing: no pod for node gpu-1; Slurm thinks it is up"),
+        MarkDown(
+            "gpu-1",
+            "k8s: PodMissing: no pod for node gpu-1; Slurm thinks it is up",
+            unless_pod_exists=True,
+        ),
     ]
     assert w.journal == [
+        "read gpu-1",  # PodMissing is re-checked against the API server before it is applied
         "slurm down cpu-0,cpu-1",
         "slurm down gpu-1",
         "delete cpu-0",
@@ -421,3 +430,115 @@ def test_list_nodes_stays_linear_on_a_big_pool() -> None:
     rows = w.service.list_nodes("")
     assert len(rows) == 20_002
     assert time.perf_counter() - started < 3.0
+
+
+# -- observation order, re-checks, autoscaler events, stuck pods, addresses ----------------------
+
+
+def test_a_pod_created_while_slurm_is_read_is_never_missing() -> None:
+    # The race seen with a slow scontrol: the pod is created and its slurmd registers while
+    # the node listing runs. Slurm is read first, so the pod list that follows shows the pod.
+    w = World(cloud("cpu-0", "ALLOCATED", "POWERING_UP"))
+    listing = w.slurm.list_nodes
+
+    def slow_listing() -> list[SlurmNode]:
+        w.pods.add("cpu-0", ip="10.213.0.9")
+        w.slurm.nodes["cpu-0"] = cloud("cpu-0", "ALLOCATED")  # registered meanwhile
+        return listing()
+
+    w.slurm.list_nodes = slow_listing  # type: ignore[method-assign]
+    assert w.service.reconcile_once() == []
+    assert not any(u.state == "down" for u in w.slurm.updates)
+
+
+def test_pod_missing_is_rechecked_before_the_node_goes_down(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    w = World(cloud("cpu-0", "ALLOCATED"))
+    listing = w.pods.list_pods
+
+    def list_then_create() -> tuple[list[PodView], str]:
+        seen = listing()
+        w.pods.add("cpu-0")  # appears right after the list
+        return seen
+
+    w.pods.list_pods = list_then_create  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO):
+        w.service.reconcile_once()
+    assert not any(u.state == "down" for u in w.slurm.updates)
+    assert "cpu-0 has a pod after all" in caplog.text
+
+
+def test_autoscaler_events_are_read_only_when_a_pod_is_unschedulable() -> None:
+    w = World(cloud("cpu-0", "ALLOCATED", "POWERING_UP"))
+    w.pods.add("cpu-0", phase="Pending")
+    calls: list[int] = []
+    w.pods.list_scale_up_events = lambda: calls.append(1) or []  # type: ignore[method-assign]
+    w.service.reconcile_once()
+    assert calls == []
+    w.pods.pods["cpu-0"] = dataclasses.replace(
+        w.pods.pods["cpu-0"], uid="u-1", holdup=PodHoldup("Unschedulable", "no fit", NOW)
+    )
+    w.service.reconcile_once()
+    assert calls == [1]
+
+
+def test_not_trigger_scale_up_fails_the_node_with_the_autoscalers_words() -> None:
+    w = World(cloud("cpu-0", "ALLOCATED", "POWERING_UP"))
+    w.pods.add("cpu-0", phase="Pending")
+    w.pods.pods["cpu-0"] = dataclasses.replace(
+        w.pods.pods["cpu-0"], uid="u-1", holdup=PodHoldup("Unschedulable", "no fit", NOW)
+    )
+    w.pods.scale_up_events = [
+        ScaleUpEvent("u-1", "NotTriggerScaleUp", "pod didn't trigger scale-up", NOW)
+    ]
+    w.service.reconcile_once()
+    assert w.slurm.updates[0] == Update(
+        ("cpu-0",), "down", "k8s: NotTriggerScaleUp: pod didn't trigger scale-up"
+    )
+    assert w.pods.delete_options == [("cpu-0", "u-1", None)]
+
+
+def test_unreadable_autoscaler_events_fail_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    w = World(cloud("cpu-0", "ALLOCATED", "POWERING_UP"))
+    w.pods.add("cpu-0", phase="Pending")
+    w.pods.pods["cpu-0"] = dataclasses.replace(
+        w.pods.pods["cpu-0"], uid="u-1", holdup=PodHoldup("Unschedulable", "no fit", NOW)
+    )
+
+    def refused() -> list[ScaleUpEvent]:
+        raise Forbidden("list events: forbidden")
+
+    w.pods.list_scale_up_events = refused  # type: ignore[method-assign]
+    actions = w.service.reconcile_once()
+    assert [type(a).__name__ for a in actions] == ["SetComment"]
+    assert "autoscaler events not read" in caplog.text
+
+
+def test_a_stuck_predecessor_is_force_deleted_with_its_uid_and_an_event() -> None:
+    w = World(cloud("cpu-0", "ALLOCATED", "POWERING_UP"))
+    w.pods.add("cpu-0", deleting=True, failure=PodFailure("Deleted", "being deleted"))
+    w.pods.pods["cpu-0"] = dataclasses.replace(
+        w.pods.pods["cpu-0"], uid="u-old", deletion_deadline=NOW - timedelta(seconds=60)
+    )
+    w.service.reconcile_once()
+    assert w.pods.delete_options == [("cpu-0", "u-old", 0)]
+    assert [e[1] for e in w.pods.events] == ["SlurmForceDelete"]
+    # The next pass creates this cycle's pod.
+    w.service.reconcile_once()
+    assert w.pods.create_calls == ["cpu-0"]
+
+
+def test_addresses_follow_the_pods_in_one_scontrol_call() -> None:
+    w = World(
+        SlurmNode("cpu-0", "ALLOCATED", frozenset({"CLOUD"}), address="cpu-0"),
+        SlurmNode("cpu-1", "IDLE", frozenset({"CLOUD"}), address="10.213.0.2"),
+        SlurmNode("cpu-2", "IDLE", frozenset({"CLOUD", "POWERED_DOWN"}), address="10.213.0.5"),
+    )
+    w.pods.add("cpu-0", ip="10.213.0.8")
+    w.pods.add("cpu-1", ip="10.213.0.9")
+    w.service.reconcile_once()
+    assert w.journal == [
+        "slurm nodeaddr cpu-0=10.213.0.8,cpu-1=10.213.0.9,cpu-2=cpu-2",
+    ]
+    assert w.service.reconcile_once() == []

@@ -45,7 +45,7 @@ def pool(name: str, nodes: str, **kw: Any) -> NodePool:
             + """\
 SuspendTime=300
 SuspendTimeout=30
-ResumeTimeout=300
+ResumeTimeout=600
 ResumeRate=0
 SuspendRate=0
 SlurmctldParameters=cloud_reg_addrs,enable_configless,idle_on_node_suspend,\
@@ -71,7 +71,7 @@ PartitionName=big Nodes=big-[0-3] MaxTime=INFINITE State=UP
             {
                 "suspend_time": 20,
                 "suspend_timeout": 10,
-                "resume_timeout": 120,
+                "resume_timeout": 600,
                 "resume_rate": 100,
                 "suspend_rate": 50,
                 "slurmctld_parameters": ["idle_on_node_suspend"],
@@ -82,7 +82,7 @@ PartitionName=big Nodes=big-[0-3] MaxTime=INFINITE State=UP
             + """\
 SuspendTime=20
 SuspendTimeout=10
-ResumeTimeout=120
+ResumeTimeout=600
 ResumeRate=100
 SuspendRate=50
 SlurmctldParameters=idle_on_node_suspend
@@ -131,6 +131,11 @@ def test_default_partition_can_be_chosen() -> None:
         ((pool("cpu", "cpu-0"),), {"resume_rate": -1}, "resume_rate: must be an integer >= 0"),
         ((pool("cpu", "cpu-0"),), {"default_partition": "gpu"}, "'gpu' is none of cpu"),
         ((pool("cpu", "cpu-0"),), {"return_to_service": 3}, "must be 0, 1 or 2, got 3"),
+        (
+            (pool("cpu", "cpu-0"),),
+            {"resume_timeout": 300},
+            "pool 'cpu': schedule_timeout_s 300 must be shorter than resume_timeout 300",
+        ),
     ],
 )
 def test_render_errors(pools: tuple[NodePool, ...], options: dict[str, Any], message: str) -> None:

@@ -30,7 +30,7 @@ write_slurm_conf() {
         /usr/local/bin/slurm-k8s-bridge render-slurm-conf --config "$config" \
             --hooks-dir "$plugins" --suspend-time "${SKB_SUSPEND_TIME:-300}" \
             --suspend-timeout "${SKB_SUSPEND_TIMEOUT:-30}" \
-            --resume-timeout "${SKB_RESUME_TIMEOUT:-300}"
+            --resume-timeout "${SKB_RESUME_TIMEOUT:-600}"
     } >"$conf.tmp"
     mv "$conf.tmp" "$conf"
 }
