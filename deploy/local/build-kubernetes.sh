@@ -11,12 +11,14 @@ KUBERNETES_VERSION=${KUBERNETES_VERSION:-v1.34.4}
 KWOK_VERSION=${KWOK_VERSION:-v0.7.0}
 KUSTOMIZE_VERSION=${KUSTOMIZE_VERSION:-v5.7.1}
 CRICTL_VERSION=${CRICTL_VERSION:-v1.34.0}
+COREDNS_VERSION=${COREDNS_VERSION:-v1.15.0}
 CACHE_DIR=${SKB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/slurm-k8s-bridge}
 
 out="$CACHE_DIR/kubernetes-$KUBERNETES_VERSION"
 kwok_out="$CACHE_DIR/kwok-$KWOK_VERSION"
 kustomize_out="$CACHE_DIR/kustomize-$KUSTOMIZE_VERSION"
 crictl_out="$CACHE_DIR/crictl-$CRICTL_VERSION"
+coredns_out="$CACHE_DIR/coredns-$COREDNS_VERSION"
 k8s_commands=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 
 log() { printf '[build-kubernetes %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -24,7 +26,8 @@ log() { printf '[build-kubernetes %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 have_all() {
   local f
   for f in "$out"/{kube-apiserver,kube-controller-manager,kube-scheduler,kubelet,kube-proxy,kubectl,etcd} \
-           "$kwok_out/kwok" "$kustomize_out/kustomize" "$crictl_out/crictl"; do
+           "$kwok_out/kwok" "$kustomize_out/kustomize" "$crictl_out/crictl" \
+           "$coredns_out/coredns"; do
     [ -x "$f" ] || return 1
   done
 }
@@ -81,7 +84,7 @@ GO
   mkdir -p "$out.partial"
   pkgs=()
   for c in "${k8s_commands[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
-  log "go build ${k8s_commands[*]} etcd (cold: 20-40 min on 2 cores)"
+  log "go build ${k8s_commands[*]} etcd (cold: 8-15 min on 2 cores)"
   (cd "$work" && go build -trimpath -ldflags "$ldflags" -o "$out.partial/" "${pkgs[@]}")
   (cd "$work" && go build -trimpath -ldflags "-s -w" -o "$out.partial/etcd" go.etcd.io/etcd/server/v3)
   rm -rf "$out" && mv "$out.partial" "$out"
@@ -99,4 +102,6 @@ go_install() { # name version-dir module@version
 go_install kwok "$kwok_out" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 go_install kustomize "$kustomize_out" "sigs.k8s.io/kustomize/kustomize/v5@$KUSTOMIZE_VERSION"
 go_install crictl "$crictl_out" "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
+# Cluster DNS: pods resolve each other's node names through the bridge's headless Service.
+go_install coredns "$coredns_out" "github.com/coredns/coredns@$COREDNS_VERSION"
 log "all binaries present under $CACHE_DIR"

@@ -75,12 +75,13 @@ def test_slurmctld_restart_while_nodes_power_up_the_job_completes(
     started = time.monotonic()
     job, out = _srun_hostname(pg, partition, hostlist, 2)
 
-    def pods_running() -> bool:
-        found = pods(pg)
-        return all((found.get(n) or {}).get("status", {}).get("podIP") for n in names)
-
-    wait_for("both pods running with an IP", lambda: pods_running() or None, 90)
+    # Restart while the job still waits for its nodes (CONFIGURING): the pods exist, slurmd is
+    # starting or registering. Slurm 22.05 does not save the job's node address list, so the
+    # job starts without one and srun in the pods resolves node names.
+    wait_for("both pods created", lambda: all(n in pods(pg) for n in names) or None, 60, every=0.1)
+    before = job_state(pg, job)
     restart_at = time.monotonic() - started
+    assert before == "CONFIGURING", f"job {job} is {before}: the restart would come too late"
     away = restart_slurmctld(pg)
     state = wait_for(f"job {job} to finish", lambda: job_finished(pg, job), 240, every=1)
     done_at = time.monotonic() - started

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster import NAMESPACE, node, pods, run_hook, wait_for
+from tests.cluster import NAMESPACE, job_state, node, pods, submit, wait_for
 from tests.conftest import ProvingGround, Use
 
 pytestmark = pytest.mark.integration
@@ -84,8 +84,8 @@ def test_resume_over_a_predecessor_stuck_terminating(
 ) -> None:
     pg = proving_ground
     use(name)
-    # The bridge would delete an orphan of a powered-down node after its age guard: resume
-    # right after the predecessor starts terminating, as Slurm does when a job arrives.
+    # A job arrives right after the predecessor started terminating: Slurm powers the node up
+    # and the bridge's create meets the old pod's name.
     old_uid = _stranded_pod(pg, name)
     if how == "evicted":
         _evict(pg, name)
@@ -94,7 +94,8 @@ def test_resume_over_a_predecessor_stuck_terminating(
     old = pods(pg)[name]
     assert old["metadata"].get("deletionTimestamp"), "the predecessor is not terminating"
     resumed = time.monotonic()
-    assert run_hook(pg, "resume", name) == 0
+    job = submit(pg, "-p", "sim", "-N1", "-w", name, "--wrap", "true")
+    wait_for(f"{name} powering up", lambda: "POWERING_UP" in node(pg, name)["State"] or None, 30)
     reasons: set[str] = set()
 
     def successor_running() -> bool:
@@ -111,10 +112,11 @@ def test_resume_over_a_predecessor_stuck_terminating(
     elapsed = time.monotonic() - resumed
     print(
         f"{name} ({how} predecessor on a dead kubelet): new pod Running {elapsed:.1f}s after "
-        f"the resume (grace {GRACE_S}s + margin {MARGIN_S}s)"
+        f"sbatch (grace {GRACE_S}s + margin {MARGIN_S}s + reconcile interval 5s)"
     )
     assert not reasons, f"the new cycle was failed with {reasons}"
     assert "POWERING_UP" in node(pg, name)["State"]
+    assert job_state(pg, job) in ("CONFIGURING", "RUNNING", "PENDING")
     assert elapsed < GRACE_S + MARGIN_S + 20
     events = pg.kubectl(
         "-n",

@@ -23,6 +23,7 @@ DAEMONS = (
     "kube-apiserver",
     "kube-controller-manager",
     "kube-scheduler",
+    "coredns",
     "containerd",
     "kubelet",
     "kube-proxy",
@@ -134,6 +135,8 @@ def up(layout: Layout) -> None:
         network.write_cni_config(layout.cni_conf_dir, layout.cni_ipam_dir)
     with Step("control plane: etcd, kube-apiserver, controller-manager, scheduler"):
         kube.start_control_plane(layout, state)
+    with Step(f"cluster DNS: coredns on {HOST_IP}:53"):
+        kube.start_coredns(layout, state)
     with Step(f"real node {REAL_NODE}: images, containerd, kubelet"):
         kube.start_real_node(layout, state)
         kube.start_kube_proxy(layout, state)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import ssl
 import urllib.request
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 from . import bridge_image, images
 from .layout import (
     APISERVER_PORT,
+    CLUSTER_DOMAIN,
     ETCD_PEER_PORT,
     ETCD_PORT,
     HOST_IP,
@@ -222,11 +224,52 @@ def _kubelet_config(layout: Layout) -> str:
             "imagefs.available": "1%",
         },
         "resolvConf": "",
+        # CoreDNS on the host: pods find each other by node name (the bridge's headless Service).
+        "clusterDNS": [HOST_IP],
+        "clusterDomain": CLUSTER_DOMAIN,
         "maxPods": 60,
         "serializeImagePulls": False,
         "shutdownGracePeriod": "0s",
     }
     return json.dumps(config, indent=2)
+
+
+def _corefile(layout: Layout) -> str:
+    kubeconfig_path = layout.local / "kubeconfigs" / "admin.kubeconfig"
+    # Nothing outside the cluster domain is answered: there is no upstream to forward to.
+    return (
+        f"{CLUSTER_DOMAIN}:53 {{\n"
+        f"    bind {HOST_IP}\n"
+        "    errors\n"
+        f"    kubernetes {CLUSTER_DOMAIN} {{\n"
+        f"        kubeconfig {kubeconfig_path}\n"
+        "    }\n"
+        "}\n"
+    )
+
+
+def _dns_answers() -> bool:
+    with socket.create_connection((HOST_IP, 53), timeout=1):
+        return True
+
+
+def start_coredns(layout: Layout, state: State) -> None:
+    """The cluster's DNS on the pod bridge's address (the kubelet's clusterDNS)."""
+    if not layout.coredns_bin.exists():
+        raise ProvingGroundError(
+            f"{layout.coredns_bin} missing: run deploy/local/build-kubernetes.sh"
+        )
+    corefile = layout.local / "coredns" / "Corefile"
+    corefile.parent.mkdir(parents=True, exist_ok=True)
+    corefile.write_text(_corefile(layout))
+    start_daemon(
+        state,
+        "coredns",
+        [str(layout.coredns_bin), "-conf", str(corefile)],
+        log_dir=layout.logs,
+        cwd=corefile.parent,
+    )
+    wait_until("coredns", _dns_answers, timeout_s=30, log_path=layout.logs / "coredns.log")
 
 
 def start_real_node(layout: Layout, state: State) -> None:

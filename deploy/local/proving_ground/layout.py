@@ -10,6 +10,7 @@ KUBERNETES_VERSION = "v1.34.4"
 KWOK_VERSION = "v0.7.0"
 KUSTOMIZE_VERSION = "v5.7.1"
 CRICTL_VERSION = "v1.34.0"
+COREDNS_VERSION = "v1.15.0"
 
 #: The bridge the real node's pods sit on; the host is the gateway, slurmctld listens there.
 BRIDGE_NAME = "skb0"
@@ -27,6 +28,8 @@ KWOK_NODES = tuple(f"skb-kwok-{i}" for i in range(10))
 NAMESPACE = "slurm"
 #: A munge socket of our own, so that a site's munged (if any) is never touched.
 MUNGE_SOCKET = "/run/slurm-k8s-bridge/munge/munge.socket.2"
+#: The cluster's DNS domain; CoreDNS serves it on HOST_IP for the real node's pods.
+CLUSTER_DOMAIN = "cluster.local"
 
 
 def repo_root() -> Path:
@@ -91,6 +94,10 @@ class Layout:
     @property
     def crictl_bin(self) -> Path:
         return self.cache / f"crictl-{CRICTL_VERSION}" / "crictl"
+
+    @property
+    def coredns_bin(self) -> Path:
+        return self.cache / f"coredns-{COREDNS_VERSION}" / "coredns"
 
     @property
     def etcd_data(self) -> Path:
