@@ -77,12 +77,21 @@ def delete_namespace(proving_ground: ProvingGround, namespace: str) -> None:
         (
             "base",
             "slurm",
-            {"Namespace", "ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Secret"},
+            # Service: slurm-nodes, the headless Service that gives every pod a DNS name.
+            {
+                "Namespace",
+                "ServiceAccount",
+                "Role",
+                "RoleBinding",
+                "ConfigMap",
+                "Secret",
+                "Service",
+            },
         ),
         (
             "overlays/external",
             "slurm",
-            {"Namespace", "ServiceAccount", "Role", "RoleBinding", "Secret"},
+            {"Namespace", "ServiceAccount", "Role", "RoleBinding", "Secret", "Service"},
         ),
         (
             "overlays/in-cluster",
@@ -193,6 +202,8 @@ SIM_POD = {
         ("watch", "pods", EXTERNAL_NS, True),
         ("delete", "pods", EXTERNAL_NS, True),
         ("create", "events", EXTERNAL_NS, True),
+        # cluster-autoscaler's NotTriggerScaleUp on a pod fails its node fast
+        ("list", "events", EXTERNAL_NS, True),
         ("get", "secrets", EXTERNAL_NS, False),
         ("update", "pods", EXTERNAL_NS, False),
         ("list", "pods", "kube-system", False),
