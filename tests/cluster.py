@@ -130,12 +130,27 @@ def kill_bridge(pg: ProvingGround, sig: int = signal.SIGKILL) -> None:
 
 
 def restart_bridge(pg: ProvingGround, config: Path | None = None) -> int:
+    """SIGKILL the bridge and start it again; returns once the *new* one serves.
+
+    The socket probe alone is not enough: seen in CI, a hook called right after this returned
+    met "connection refused" because the new bridge had not bound its socket yet.
+    """
     state = State(pg.layout)
+    log = pg.layout.logs / "bridge.log"
     pid = state.running("bridge")
     if pid is not None:
         os.kill(pid, signal.SIGKILL)
         wait_for("bridge to die", lambda: state.running("bridge") is None, 10)
-    return start_bridge(pg.layout, state, config)
+    offset = log.stat().st_size if log.exists() else 0
+    started = start_bridge(pg.layout, state, config)
+
+    def serving() -> bool:
+        with log.open("rb") as f:
+            f.seek(offset)
+            return b"bridge serving on" in f.read()
+
+    wait_for("the restarted bridge to serve", lambda: serving() or None, 30)
+    return started
 
 
 def wait_idle_powered_down(pg: ProvingGround, hostlist: str, timeout: float = 60) -> None:
