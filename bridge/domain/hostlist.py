@@ -13,8 +13,11 @@ tests. Slurm's quirks are kept on purpose, so the bridge never disagrees with sl
 
 Limits from hostlist.c: 65536 hosts per ``lo-hi`` item (:data:`MAX_RANGE`), 65536 items per
 bracket (:data:`MAX_RANGES`), 65536 values per bracket group before the last
-(:data:`MAX_PREFIX_CNT`). Slurm has no total limit; :data:`MAX_HOSTS` is ours, so that a typo
-cannot exhaust the bridge's memory.
+(:data:`MAX_PREFIX_CNT`). Slurm has no total limit; the others are ours, so that a typo or a
+hostile caller cannot exhaust the bridge's memory or time: :data:`MAX_HOSTS` names in all,
+:data:`MAX_EXPRESSION` characters of expression, :data:`MAX_EXPANDED_CHARS` characters of names
+in all, and :data:`MAX_DIGITS` digits in one number (past 20 a number exceeds 2**64 anyway, and
+Python refuses to read more than 4300 digits).
 
 Where Slurm is plainly broken we part from it. A bad range in the third-from-last or an earlier
 bracket only makes Slurm log an error and drop the token (``a[3-1]b[1]c[1]`` is an empty list),
@@ -34,11 +37,16 @@ from bridge.errors import HostlistError
 MAX_RANGE = 64 * 1024
 MAX_RANGES = 64 * 1024
 MAX_PREFIX_CNT = 64 * 1024
-MAX_HOSTS = 1024 * 1024
+MAX_HOSTS = 100_000
+MAX_EXPRESSION = 1024 * 1024
+MAX_EXPANDED_CHARS = 16 * 1024 * 1024
+MAX_DIGITS = 20
 
 _SEPARATORS = "\t, "
 _DIGITS = "0123456789"
 _ULONG_MAX = 2**64 - 1
+# Sizes saturate here: a token of many bracket groups would otherwise multiply huge integers.
+_SIZE_CAP = 2**64
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,11 @@ class _Range:
     @property
     def size(self) -> int:
         return self.hi - self.lo + 1
+
+    @property
+    def longest(self) -> int:
+        """Length of the longest number this range prints."""
+        return max(self.width, len(str(self.hi)))
 
     def names(self, suffix: str = "") -> list[str]:
         return [f"{n:0{self.width}d}{suffix}" for n in range(self.lo, self.hi + 1)]
@@ -65,10 +78,21 @@ class _Token:
 
     @property
     def size(self) -> int:
+        """Number of names, saturating at ``2**64``."""
         size = 1 if self.last is None else sum(r.size for r in self.last)
         for ranges, _ in self.groups:
-            size *= sum(r.size for r in ranges)
+            size = min(size * sum(r.size for r in ranges), _SIZE_CAP)
         return size
+
+    @property
+    def longest(self) -> int:
+        """Length of the longest name, an upper bound of the average."""
+        length = len(self.head)
+        if self.last is not None:
+            length += max(r.longest for r in self.last)
+        for ranges, tail in self.groups:
+            length += max(r.longest for r in ranges) + len(tail)
+        return length
 
     def names(self) -> list[str]:
         if self.last is None:
@@ -86,18 +110,34 @@ def expand(expression: str, *, max_hosts: int = MAX_HOSTS) -> list[str]:
     """Return the host names of ``expression`` in Slurm's order, duplicates kept.
 
     ``""`` gives ``[]``. Raises :class:`HostlistError`, naming the bad part, wherever
-    ``scontrol show hostnames`` reports an error, and beyond ``max_hosts`` names.
+    ``scontrol show hostnames`` reports an error, beyond ``max_hosts`` names, and past the
+    module's other limits (expression length, total length of the names, digits per number).
     """
+    if len(expression) > MAX_EXPRESSION:
+        raise HostlistError(
+            f"hostlist {_short(expression)} is {len(expression)} characters long; "
+            f"the limit is {MAX_EXPRESSION}"
+        )
     tokens = [_parse_token(text) for text in _split(expression)]
     if sum(token.size for token in tokens) > max_hosts:
         raise HostlistError(f"hostlist {_short(expression)} has more than {max_hosts} hosts")
+    # Few names can still be huge: a 1 MiB prefix times 65536 numbers is 64 GiB.
+    if sum(token.size * token.longest for token in tokens) > MAX_EXPANDED_CHARS:
+        raise HostlistError(
+            f"hostlist {_short(expression)} expands to more than {MAX_EXPANDED_CHARS} characters"
+        )
     return [name for token in tokens for name in token.names()]
 
 
 def _split(expression: str) -> list[str]:
-    """Tokens as hostlist.c ``_next_tok`` cuts them: separators inside ``[...]`` do not cut."""
+    """Tokens as hostlist.c ``_next_tok`` cuts them: separators inside ``[...]`` do not cut.
+
+    Linear: every ``find`` starts where the previous one of its kind stopped. The first ``]``
+    at or after ``parse`` is remembered, since ``parse`` only grows; ``-1`` once none is left.
+    """
     tokens: list[str] = []
     i, end = 0, len(expression)
+    next_closing = expression.find("]")  # the first ']' at or after ``parse``; -1: none left
     while True:
         while i < end and expression[i] in _SEPARATORS:
             i += 1
@@ -108,8 +148,12 @@ def _split(expression: str) -> list[str]:
             while i < end and expression[i] not in _SEPARATORS:
                 i += 1
             opening = expression.find("[", parse, i)
-            closing = expression.find("]", parse)
-            if opening < 0 or closing < opening:
+            if opening < 0:
+                break
+            if 0 <= next_closing < parse:
+                next_closing = expression.find("]", parse)
+            closing = next_closing
+            if closing < opening:
                 break
             if closing < i:
                 parse = closing + 1
@@ -129,19 +173,21 @@ def _parse_token(token: str) -> _Token:
     if closing != len(token) - 1:
         raise HostlistError(f"text after ']' in {_short(token)}")
     last = _parse_ranges(token[opening + 1 : closing], token)
-    prefix = token[:opening]
+    end = opening  # the prefix is token[:end]; indices, not slices, keep this linear
     groups: list[tuple[tuple[_Range, ...], str]] = []
     # Earlier groups hide in the prefix: its last '[' and the last ']' after it, repeatedly.
-    while (opening := prefix.rfind("[")) >= 0 and (closing := prefix.rfind("]", opening)) >= 0:
-        ranges = _parse_ranges(prefix[opening + 1 : closing], token)
+    while (opening := token.rfind("[", 0, end)) >= 0 and (
+        closing := token.rfind("]", opening, end)
+    ) >= 0:
+        ranges = _parse_ranges(token[opening + 1 : closing], token)
         if (count := sum(r.size for r in ranges)) > MAX_PREFIX_CNT:
             raise HostlistError(
-                f"{_short(prefix[opening : closing + 1])} in {_short(token)} gives {count} "
+                f"{_short(token[opening : closing + 1])} in {_short(token)} gives {count} "
                 f"values; Slurm allows {MAX_PREFIX_CNT} in a bracket before the last"
             )
-        groups.insert(0, (ranges, prefix[closing + 1 :]))
-        prefix = prefix[:opening]
-    return _Token(prefix, tuple(groups), last)
+        groups.append((ranges, token[closing + 1 : end]))
+        end = opening
+    return _Token(token[:end], tuple(groups[::-1]), last)
 
 
 def _parse_ranges(text: str, token: str) -> tuple[_Range, ...]:
@@ -154,8 +200,8 @@ def _parse_ranges(text: str, token: str) -> tuple[_Range, ...]:
 def _parse_range(item: str, token: str) -> _Range:
     """One ``lo`` or ``lo-hi``, with hostlist.c ``_parse_single_range``'s exact leniency."""
     low, _, high = item.partition("-")
-    lo, lo_end = _strtoul(low)
-    hi, hi_end = _strtoul(high) if high else (lo, lo_end)
+    lo, lo_end = _strtoul(low, token)
+    hi, hi_end = _strtoul(high, token) if high else (lo, lo_end)
     # Slurm checks the end of the last number read only: garbage after lo passes when hi exists.
     bad = "x" in item or high.startswith("-") or lo_end == 0 or hi_end != len(high or low)
     if bad or lo > hi:
@@ -165,7 +211,16 @@ def _parse_range(item: str, token: str) -> _Range:
     return _Range(lo, hi, len(low.encode("utf-8", "surrogateescape")))
 
 
-def _strtoul(text: str) -> tuple[int, int]:
+def _number(digits: str, where: str) -> int:
+    """``int(digits)``, refused past :data:`MAX_DIGITS` (Python raises ValueError past 4300)."""
+    if len(digits) > MAX_DIGITS:
+        raise HostlistError(
+            f"number {_short(digits, 30)} in {_short(where)} has more than {MAX_DIGITS} digits"
+        )
+    return int(digits)
+
+
+def _strtoul(text: str, token: str) -> tuple[int, int]:
     """C ``strtoul(text, &end, 10)`` as ``(value, end)``; ``end`` is 0 when no digit was read."""
     stripped = text.lstrip(" \t\n\v\f\r")
     sign = stripped[:1] if stripped[:1] in ("+", "-") else ""
@@ -173,7 +228,7 @@ def _strtoul(text: str) -> tuple[int, int]:
     digits = body[: len(body) - len(body.lstrip(_DIGITS))]
     if not digits:
         return 0, 0
-    value = int(digits)
+    value = _number(digits, token)
     if value > _ULONG_MAX:
         value = _ULONG_MAX  # C saturates, whatever the sign
     elif sign == "-":
@@ -186,7 +241,7 @@ def _host(name: str) -> _Token:
     stem = name.rstrip(_DIGITS)
     if stem == name:
         return _Token(name)
-    number = min(int(name[len(stem) :]), _ULONG_MAX)
+    number = min(_number(name[len(stem) :], name), _ULONG_MAX)
     return _Token(stem, (), (_Range(number, number, len(name) - len(stem)),))
 
 
@@ -219,8 +274,8 @@ def compress(names: Iterable[str]) -> str:
 
     The result is what ``scontrol show hostlistsorted`` prints for the deduplicated names, and
     ``expand(compress(names))`` gives each name once, in that order. A name with a bracket,
-    comma, whitespace, non-ASCII or a numeric suffix of 2**64 or more cannot round-trip, so it
-    raises :class:`HostlistError`.
+    comma, whitespace, non-ASCII, or a numeric suffix of 2**64 or more or of more than
+    :data:`MAX_DIGITS` digits cannot round-trip, so it raises :class:`HostlistError`.
     """
     ranges: list[_HostRange] = []
     for name in dict.fromkeys(names):
@@ -245,9 +300,9 @@ def compress(names: Iterable[str]) -> str:
 
 def _check_name(name: str) -> None:
     bad = not name or not name.isascii() or not name.isprintable() or any(c in name for c in "[], ")
-    stem = name.rstrip(_DIGITS)
-    if bad or (stem != name and int(name[len(stem) :]) > _ULONG_MAX):
-        raise HostlistError(f"{name!r} is not a host name a hostlist can carry")
+    digits = len(name) - len(name.rstrip(_DIGITS))
+    if bad or digits > MAX_DIGITS or (digits and int(name[-digits:]) > _ULONG_MAX):
+        raise HostlistError(f"{_short(name)} is not a host name a hostlist can carry")
 
 
 def _append_joined(ranges: list[_HostRange], new: _HostRange) -> None:
@@ -259,11 +314,8 @@ def _append_joined(ranges: list[_HostRange], new: _HostRange) -> None:
 
 
 def _joinable(left: _HostRange, right: _HostRange) -> bool:
-    return (
-        left.hi == (right.lo - 1) % 2**64
-        and _prefix_cmp(left, right) == 0
-        and _width_equiv(left, right)
-    )
+    # Slurm's unsigned arithmetic joins 2**64-1 and 0 into "18446744073709551615-0"; we do not.
+    return left.hi + 1 == right.lo and _prefix_cmp(left, right) == 0 and _width_equiv(left, right)
 
 
 def _same_brackets(a: _HostRange, b: _HostRange) -> bool:

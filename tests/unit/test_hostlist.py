@@ -10,8 +10,18 @@ import random
 
 import pytest
 
-from bridge.domain.hostlist import MAX_PREFIX_CNT, MAX_RANGE, compress, expand
-from bridge.errors import HostlistError
+from bridge.domain.hostlist import (
+    MAX_DIGITS,
+    MAX_EXPANDED_CHARS,
+    MAX_EXPRESSION,
+    MAX_HOSTS,
+    MAX_PREFIX_CNT,
+    MAX_RANGE,
+    compress,
+    expand,
+)
+from bridge.domain.node_names import check_node_name
+from bridge.errors import HostlistError, InvalidInput
 
 VALID = [
     ("a1", ["a1"]),
@@ -109,8 +119,52 @@ def test_limits() -> None:
     assert len(expand("a[1]b[0-65535,0]")) == 65537  # the last bracket has no total limit
     with pytest.raises(HostlistError, match="more than 1000 hosts"):
         expand("a[1-999],b[1-2]", max_hosts=1000)
-    with pytest.raises(HostlistError, match="more than 1048576 hosts"):
+    with pytest.raises(HostlistError, match="more than 100000 hosts"):
         expand("a[0-1023]b[0-1024]")  # Slurm would list all 1,049,600
+    assert len(expand("a[1-50000],b[1-50000]")) == MAX_HOSTS
+
+
+# Ours, not Slurm's: each bounds the time and memory one hostile expression can take.
+BOUNDED = [
+    ("a" * (MAX_EXPRESSION + 1), f"is {MAX_EXPRESSION + 1} characters long; the limit is"),
+    ("a," * (MAX_EXPRESSION // 2), "more than 100000 hosts"),
+    ("a" + "[1-2]" * 17, "more than 100000 hosts"),
+    ("a" + "[1-2]" * 50_000, "more than 100000 hosts"),  # the size saturates, not a bignum
+    ("a" * 1000 + "[1-65536]", f"expands to more than {MAX_EXPANDED_CHARS} characters"),
+    ("a[" + "0" * 1000 + "1-2]", f"has more than {MAX_DIGITS} digits"),
+    (
+        "a" + "1" * 5000,
+        f"in {'a' + '1' * 56 + '...'!r} has more than {MAX_DIGITS} digits",
+    ),
+    ("a[1-" + "9" * 21 + "]", f"has more than {MAX_DIGITS} digits"),
+    ("a[1]b[" + "1" * 21 + "]c[1]", f"has more than {MAX_DIGITS} digits"),
+]
+
+
+@pytest.mark.parametrize(("expression", "message"), BOUNDED)
+def test_expand_bounds_hostile_input(expression: str, message: str) -> None:
+    with pytest.raises(HostlistError) as caught:
+        expand(expression)
+    assert message in str(caught.value)
+
+
+# Shapes that made token splitting or bracket parsing quadratic: each must stay linear.
+LINEAR = [
+    ("a[1," * (MAX_EXPRESSION // 8), "more than 100000 hosts"),  # '[' never closed, many tokens
+    ("x" + "[1]" * (MAX_EXPRESSION // 4), None),  # many bracket groups in one token
+    ("[ " * (MAX_EXPRESSION // 4), "more than 100000 hosts"),
+    ("][" * (MAX_EXPRESSION // 2), None),
+]
+
+
+@pytest.mark.parametrize(("expression", "message"), LINEAR)
+@pytest.mark.timeout(20)
+def test_expand_is_linear(expression: str, message: str | None) -> None:
+    if message is None:
+        assert len(expand(expression)) == 1
+    else:
+        with pytest.raises(HostlistError, match=message):
+            expand(expression)
 
 
 COMPRESS = [
@@ -133,6 +187,13 @@ COMPRESS = [
     (["a09", "a9", "a10", "a010"], "a[9-10,09,010]"),
     (["a1", "a1", "a2"], "a[1-2]"),  # we drop duplicates; Slurm prints a[1,1-2]
     (["n4294967296", "n2"], "n[2,4294967296]"),  # Slurm's int overflow: n[4294967296], n2 lost
+    # Slurm's unsigned arithmetic joins these into "n18446744073709551615-0"; we keep both.
+    (["n18446744073709551615", "n0"], "n[0,18446744073709551615]"),
+    (
+        ["n18446744073709551614", "n18446744073709551615", "n0", "n1"],
+        "n[0-1,18446744073709551614-18446744073709551615]",
+    ),
+    (["a" + "0" * 19 + "1", "a" + "0" * 19 + "2"], "a[" + "0" * 19 + "1-" + "0" * 19 + "2]"),
 ]
 
 
@@ -141,7 +202,21 @@ def test_compress(names: list[str], hostlist: str) -> None:
     assert compress(names) == hostlist
 
 
-@pytest.mark.parametrize("name", ["", "a b", "a,b", "a[1]", "a]", "\u00e91", "a\t", "a" + "9" * 20])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        "a b",
+        "a,b",
+        "a[1]",
+        "a]",
+        "\u00e91",
+        "a\t",
+        "a" + "9" * 20,
+        "a" + "0" * 21,
+        "a" + "1" * 5000,
+    ],
+)
 def test_compress_rejects_names_a_hostlist_cannot_carry(name: str) -> None:
     with pytest.raises(HostlistError, match="not a host name"):
         compress(["ok1", name])
@@ -214,3 +289,42 @@ def test_expanded_expressions_compress_to_the_same_set() -> None:
         expression = random_expression(rng)
         names = expand(expression)
         assert set(expand(compress(names))) == set(names), expression
+
+
+# ---- node names ----------------------------------------------------------------------------------
+
+NODE_NAMES = [
+    ("a1", None),
+    ("gpu-01", None),
+    ("1", None),
+    ("a" * 63, None),
+    ("a18446744073709551615", None),
+    ("", "node name must not be empty"),
+    ("a" * 64, "is 64 characters long; the limit is 63"),
+    ("a" * 1_000_000, "node name 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...' is 1000000"),
+    ("A1", "'A1' is not a DNS-1123 label"),
+    ("-a", "'-a' is not a DNS-1123 label"),
+    ("a-", "'a-' is not a DNS-1123 label"),
+    ("a.b", "'a.b' is not a DNS-1123 label"),
+    ("a_b", "'a_b' is not a DNS-1123 label"),
+    ("a{b}", "'a{b}' is not a DNS-1123 label"),  # newer Slurm: a hostlist function
+    ("{", "'{' is not a DNS-1123 label"),
+    ("}", "'}' is not a DNS-1123 label"),
+    ("a=b", "'a=b' is not a DNS-1123 label"),
+    ("a[1]", "'a[1]' is not a DNS-1123 label"),
+    ("a,b", "'a,b' is not a DNS-1123 label"),
+    ("a\n", "is not a DNS-1123 label"),
+    ("\u00e91", "is not a DNS-1123 label"),
+    ("a99999999999999999999", "Slurm reads it as another name"),
+    ("a" + "0" * 21, f"has more than {MAX_DIGITS} digits"),
+]
+
+
+@pytest.mark.parametrize(("name", "message"), NODE_NAMES)
+def test_check_node_name(name: str, message: str | None) -> None:
+    if message is None:
+        check_node_name(name)
+        return
+    with pytest.raises(InvalidInput) as caught:
+        check_node_name(name)
+    assert message in str(caught.value)

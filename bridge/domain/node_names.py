@@ -1,0 +1,44 @@
+"""Which node names the bridge accepts: valid as Slurm node names and as DNS labels at once.
+
+A node's name is its pod's name and its DNS name under the headless Service, so it must be an
+RFC 1123 label (``a-z``, ``0-9`` and ``-``, starting and ending with a letter or digit, at most
+63 characters). Newer Slurm also reads ``{``, ``}`` and ``=`` as hostlist functions (``a{b}``),
+which the label rule already refuses. Finally the name must read back as itself in a hostlist:
+a numeric suffix of 2**64 or more would come back saturated, and one of more than
+:data:`~bridge.domain.hostlist.MAX_DIGITS` digits is refused by :func:`expand`.
+"""
+
+from __future__ import annotations
+
+from bridge.domain.hostlist import expand
+from bridge.domain.pools import dns_label_problem
+from bridge.errors import HostlistError, InvalidInput
+
+MAX_NODE_NAME = 63  # RFC 1123 label
+
+
+def check_node_name(name: str) -> None:
+    """Raise :class:`InvalidInput` naming ``name`` unless it is a usable node name.
+
+    Usable means a DNS-1123 label (the pod and its DNS name carry it) that Slurm reads as one
+    plain host name, unchanged.
+    """
+    if not isinstance(name, str):
+        raise InvalidInput(f"node name must be a string, got {type(name).__name__}")
+    if len(name) > MAX_NODE_NAME:
+        # Checked before anything quotes the whole name: it may be megabytes long.
+        shown = repr(name[:40] + "...")
+        raise InvalidInput(
+            f"node name {shown} is {len(name)} characters long; the limit is {MAX_NODE_NAME}"
+        )
+    problem = dns_label_problem(name)
+    if problem is not None:
+        raise InvalidInput(f"node name {problem}")  # the problem quotes the name
+    try:
+        same = expand(name) == [name]
+    except HostlistError as e:
+        raise InvalidInput(f"node name {name!r}: {e}") from e
+    if not same:
+        raise InvalidInput(
+            f"node name {name!r}: Slurm reads it as another name (its number exceeds 2**64-1)"
+        )
