@@ -12,8 +12,10 @@ from __future__ import annotations
 import grp
 import logging
 import os
+import shutil
 import socket
 import stat
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -38,13 +40,19 @@ from bridge.domain.results import NodeResult, NodeStatus, Outcome
 from bridge.errors import (
     BackendError,
     BridgeError,
+    CallerNotAllowed,
     ConfigError,
     InvalidInput,
     TransientBackendError,
     UnknownNode,
 )
+from bridge.peer_gate import PeerGate, bind_unix_socket, user_name
 
 log = logging.getLogger(__name__)
+
+#: The largest request the server reads: hooks cap the resume file below this, so a huge job
+#: array never turns into RESOURCE_EXHAUSTED (which would leave the whole batch to the hook).
+MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Bridge"].full_name
 
@@ -89,6 +97,8 @@ def status_code_for(exc: BaseException) -> grpc.StatusCode:
     """The gRPC status a whole-call failure maps to (see the proto header)."""
     if isinstance(exc, InvalidInput):
         return grpc.StatusCode.INVALID_ARGUMENT
+    if isinstance(exc, CallerNotAllowed):
+        return grpc.StatusCode.PERMISSION_DENIED
     if isinstance(exc, TransientBackendError):
         return grpc.StatusCode.UNAVAILABLE
     if isinstance(exc, ConfigError | UnknownNode | BackendError):
@@ -126,8 +136,30 @@ def _status_to_pb(s: NodeStatus) -> pb.NodeStatus:
 class BridgeServicer(pb_grpc.BridgeServicer):
     """Implements ``slurm_k8s_bridge.v1.Bridge`` on top of a :class:`BridgeUseCases`."""
 
-    def __init__(self, use_cases: BridgeUseCases) -> None:
+    def __init__(
+        self, use_cases: BridgeUseCases, *, allowed_client_names: frozenset[str] = frozenset()
+    ) -> None:
         self._use_cases = use_cases
+        #: Over TCP: the client certificate's CN or a SAN must be one of these (empty: any
+        #: certificate the client CA signed). Unix socket callers are checked by the peer gate.
+        self._allowed_client_names = allowed_client_names
+
+    def _check_caller(self, context: grpc.ServicerContext) -> None:
+        if not self._allowed_client_names:
+            return
+        # grpc-stubs types the values as bytes; grpcio gives lists of bytes.
+        auth: dict[str, list[bytes]] = dict(context.auth_context())  # type: ignore[arg-type]
+        if auth.get("transport_security_type") != [b"ssl"]:
+            return  # the Unix socket: the peer gate decided already
+        names = {
+            v.decode("utf-8", "replace")
+            for key in ("x509_common_name", "x509_subject_alternative_name")
+            for v in auth.get(key, ())
+        }
+        if not names & self._allowed_client_names:
+            raise CallerNotAllowed(
+                f"client certificate {sorted(names)} is not in bridge.tls_client_names"
+            )
 
     def ResumeNodes(  # noqa: N802 (gRPC method name)
         self, request: pb.ResumeNodesRequest, context: grpc.ServicerContext
@@ -191,6 +223,7 @@ class BridgeServicer(pb_grpc.BridgeServicer):
         rid = _new_request_id()
         start = time.monotonic()
         try:
+            self._check_caller(context)
             nodes = self._use_cases.list_nodes(request.hostlist)
         except Exception as e:  # every failure must become a status, not a stack trace
             self._abort(
@@ -217,6 +250,7 @@ class BridgeServicer(pb_grpc.BridgeServicer):
         rid = request_id or _new_request_id()
         start = time.monotonic()
         try:
+            self._check_caller(context)
             if not hostlist.strip():
                 raise InvalidInput("hostlist: required, got an empty string")
             results = call(rid)
@@ -287,8 +321,10 @@ class BridgeServer(grpc.Server):
         health_servicer: health.HealthServicer,
         unix_socket: str | None,
         tcp_port: int | None,
+        gate: _Gate | None = None,
     ) -> None:
         self._server = server
+        self._gate = gate
         self._health = health_servicer
         #: The Unix socket path, when listening on one.
         self.unix_socket = unix_socket
@@ -314,11 +350,15 @@ class BridgeServer(grpc.Server):
     def start(self) -> None:
         """Start serving."""
         self._server.start()
+        if self._gate is not None:
+            self._gate.start()
         log.info("serving socket=%s tcp_port=%s", self.unix_socket or "-", self.tcp_port or "-")
 
     def stop(self, grace: float | None = None) -> threading.Event:
         """Report NOT_SERVING, stop accepting calls, and remove the socket file."""
         self._health.enter_graceful_shutdown()
+        if self._gate is not None:
+            self._gate.stop()
         done = self._server.stop(grace)
         if self.unix_socket is not None:
             _remove_socket(Path(self.unix_socket))
@@ -338,32 +378,43 @@ def build_server(
     tcp_listen: str | None = None,
     tls: TlsServerFiles | Sequence[str] | None = None,
     max_workers: int = 8,
+    allowed_uids: frozenset[int] | None = None,
+    allowed_client_names: frozenset[str] = frozenset(),
 ) -> BridgeServer:
     """Build (not start) the bridge's gRPC server with the health service set to SERVING.
 
-    ``unix_socket``: path to listen on (parent created, stale socket removed, ``socket_mode`` and
-    ``socket_group`` applied after bind). ``tcp_listen``: ``host:port`` (port 0 picks one, see
-    :attr:`BridgeServer.tcp_port`); TCP is only ever served with mutual TLS, so it needs
+    ``unix_socket``: path to listen on (parent created, stale socket removed, bound owner-only and
+    then given ``socket_group`` and ``socket_mode``); only callers whose uid is in
+    ``allowed_uids`` (default: root and this process's user) reach the service, others get
+    PERMISSION_DENIED (see :mod:`bridge.peer_gate`). ``tcp_listen``: ``host:port`` (port 0 picks
+    one, see :attr:`BridgeServer.tcp_port`); TCP is only ever served with mutual TLS, so it needs
     ``tls`` = (cert, key, client_ca).
     """
     if unix_socket is None and tcp_listen is None:
         raise ConfigError("api: set a Unix socket, a TCP listen address, or both")
     if tcp_listen is not None and tls is None:
         raise ConfigError("api: TCP listening requires mutual TLS (cert, key, client_ca)")
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers))
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers),
+        options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)],
+    )
     # The generated grpc module has no type hints.
-    pb_grpc.add_BridgeServicer_to_server(BridgeServicer(use_cases), server)  # type: ignore[no-untyped-call]
+    servicer = BridgeServicer(use_cases, allowed_client_names=allowed_client_names)
+    pb_grpc.add_BridgeServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for service in ("", SERVICE_NAME):  # "" is the whole server, as probes ask by default
         health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
 
+    gate = None
     if unix_socket is not None:
-        path = Path(unix_socket)
-        _prepare_socket_path(path)
-        if server.add_insecure_port(f"unix:{path}") == 0:
-            raise ConfigError(f"api: cannot listen on unix socket {path}")
-        _set_socket_access(path, socket_mode, socket_group)
+        gate = _gate_unix_socket(
+            server,
+            Path(unix_socket),
+            socket_mode,
+            socket_group,
+            allowed_uids if allowed_uids is not None else frozenset({0, os.geteuid()}),
+        )
     tcp_port = None
     if tcp_listen is not None and tls is not None:
         cert, key, client_ca = read_tls_files(TlsFiles(*tls))
@@ -376,7 +427,7 @@ def build_server(
             raise ConfigError(f"api: cannot listen on {tcp_listen}: {e}") from e
         if tcp_port == 0:
             raise ConfigError(f"api: cannot listen on {tcp_listen}")
-    return BridgeServer(server, health_servicer, unix_socket, tcp_port)
+    return BridgeServer(server, health_servicer, unix_socket, tcp_port, gate)
 
 
 def _prepare_socket_path(path: Path) -> None:
@@ -401,15 +452,75 @@ def _prepare_socket_path(path: Path) -> None:
     raise ConfigError(f"api: {path} is in use by another process (is a bridge already running?)")
 
 
-def _set_socket_access(path: Path, mode: int, group: str | None) -> None:
-    """Apply the socket's mode and group: who may connect is decided by file permissions."""
+class _Gate:
+    """The peer gate with the refusal server and the private directory behind it."""
+
+    def __init__(self, gate: PeerGate, refusal: grpc.Server, private_dir: Path) -> None:
+        self.gate = gate
+        self.refusal = refusal
+        self.private_dir = private_dir
+
+    def start(self) -> None:
+        self.refusal.start()
+        self.gate.start()
+
+    def stop(self) -> None:
+        self.gate.stop()
+        self.refusal.stop(0)
+        shutil.rmtree(self.private_dir, ignore_errors=True)
+
+
+def _gate_unix_socket(
+    server: grpc.Server,
+    path: Path,
+    mode: int,
+    group: str | None,
+    allowed_uids: frozenset[int],
+) -> _Gate:
+    """Serve ``server`` behind a :class:`PeerGate` on ``path``: the gRPC servers listen in a
+    directory only this user can enter; the public socket is the gate's."""
+    gid = None
     if group is not None:
         try:
             gid = grp.getgrnam(group).gr_gid
         except KeyError as e:
             raise ConfigError(f"api: socket group {group!r} does not exist") from e
-        os.chown(path, -1, gid)
-    os.chmod(path, mode)
+    _prepare_socket_path(path)
+    # mkdtemp makes the directory 0700 whatever the umask; short names keep sun_path < 108.
+    private_dir = Path(tempfile.mkdtemp(prefix=".skb-", dir=path.parent))
+    allowed, refused = private_dir / "a.sock", private_dir / "r.sock"
+    if server.add_insecure_port(f"unix:{allowed}") == 0:
+        raise ConfigError(f"api: cannot listen on unix socket {allowed}")
+    refusal = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    refusal.add_generic_rpc_handlers((_RefuseEverything(allowed_uids),))
+    if refusal.add_insecure_port(f"unix:{refused}") == 0:
+        raise ConfigError(f"api: cannot listen on unix socket {refused}")
+    try:
+        listener = bind_unix_socket(path, mode, gid)
+    except OSError as e:
+        raise ConfigError(f"api: cannot listen on unix socket {path}: {e}") from e
+    return _Gate(PeerGate(listener, allowed_uids, str(allowed), str(refused)), refusal, private_dir)
+
+
+class _RefuseEverything(grpc.GenericRpcHandler):  # type: ignore[type-arg]
+    """Answers every method PERMISSION_DENIED: what a caller whose uid is not allowed reads."""
+
+    def __init__(self, allowed_uids: frozenset[int]) -> None:
+        names = ", ".join(f"{uid}({user_name(uid)})" for uid in sorted(allowed_uids))
+        self._message = (
+            f"permission denied: your uid may not call the bridge (allowed uids: {names}; "
+            "bridge.allowed_callers in the bridge's configuration)"
+        )
+
+    def service(
+        self, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:  # type: ignore[type-arg]
+        message = self._message
+
+        def refuse(_request: bytes, context: grpc.ServicerContext) -> bytes:
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, message)
+
+        return grpc.unary_unary_rpc_method_handler(refuse)
 
 
 def _remove_socket(path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import threading
 import time
@@ -13,11 +14,12 @@ from types import FrameType
 from typing import Protocol
 
 from bridge.adapters.kubernetes import PodEvent, PodGateway, WatchExpired
-from bridge.adapters.slurm_cli import SlurmCli
+from bridge.adapters.slurm_cli import SlurmCli, read_slurm_user
 from bridge.api import TlsServerFiles, build_server
 from bridge.config import BridgeConfig
 from bridge.domain.pods import PodView
-from bridge.errors import BridgeError
+from bridge.errors import BridgeError, ConfigError
+from bridge.peer_gate import resolve_uids, user_name
 from bridge.service import BridgeService
 
 log = logging.getLogger(__name__)
@@ -211,6 +213,30 @@ class Bridge:
         self.pods.close()
 
 
+def allowed_caller_uids(config: BridgeConfig) -> frozenset[int]:
+    """Who may call over the Unix socket: root, this process's user, Slurm's SlurmUser (whose
+    slurmctld runs the hooks) and ``bridge.allowed_callers``."""
+    uids = {0, os.geteuid()}
+    try:
+        slurm_user = read_slurm_user(config.slurm.conf)
+    except BridgeError as e:
+        log.warning("%s: add SlurmUser to bridge.allowed_callers or its hooks are refused", e)
+    else:
+        try:
+            uids |= resolve_uids([slurm_user])
+        except KeyError as e:
+            log.warning("SlurmUser %s is not a user on this host: %s", slurm_user, e)
+    try:
+        uids |= resolve_uids(config.bridge.allowed_callers)
+    except KeyError as e:
+        raise ConfigError(f"bridge.allowed_callers: {e.args[0]}") from None
+    log.info(
+        "callers allowed on the socket: %s",
+        ", ".join(f"{uid}({user_name(uid)})" for uid in sorted(uids)),
+    )
+    return frozenset(uids)
+
+
 def start(config: BridgeConfig) -> Bridge:
     """Connect the adapters, start the gRPC server, the watch and the reconcile loop."""
     pods = PodGateway.connect(
@@ -234,6 +260,8 @@ def start(config: BridgeConfig) -> Bridge:
         )
     server = build_server(
         service,
+        allowed_uids=allowed_caller_uids(config),
+        allowed_client_names=frozenset(config.bridge.tls_client_names),
         unix_socket=config.bridge.socket or None,
         socket_mode=config.bridge.socket_mode,
         socket_group=config.bridge.socket_group,

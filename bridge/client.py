@@ -22,7 +22,13 @@ import grpc
 from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
 from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
 from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
-from bridge.errors import BridgeError, ConfigError, InvalidInput, TransientBackendError
+from bridge.errors import (
+    BridgeError,
+    CallerNotAllowed,
+    ConfigError,
+    InvalidInput,
+    TransientBackendError,
+)
 
 #: The default target: the Unix socket the bridge listens on next to slurmctld.
 DEFAULT_TARGET = "unix:/run/slurm-k8s-bridge/bridge.sock"
@@ -228,6 +234,8 @@ def _error_from_rpc(e: grpc.RpcError, target: str, attempts: int) -> BridgeError
     from_bridge = any(m.key == ERROR_METADATA_KEY for m in (e.trailing_metadata() or ()))
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return InvalidInput(details)
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return CallerNotAllowed(details)
     if code == grpc.StatusCode.UNAVAILABLE and from_bridge:
         return TransientBackendError(details)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):

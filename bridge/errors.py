@@ -5,6 +5,7 @@
     ├── InvalidInput           bad data from a caller (hostlist, resume file, request field)
     │   └── HostlistError      a hostlist Slurm would also reject
     ├── UnknownNode            a node no pool owns
+    ├── CallerNotAllowed       the caller's uid or certificate is not on the allow-list
     └── BackendError           a Slurm or Kubernetes call failed
         ├── TransientBackendError   worth retrying (connection, 5xx, 429, timeouts)
         ├── NoCapacity              Kubernetes cannot place the pod (quota, unschedulable)
@@ -32,6 +33,10 @@ class InvalidInput(BridgeError):
 
 class HostlistError(InvalidInput):
     """A hostlist expression Slurm would reject."""
+
+
+class CallerNotAllowed(BridgeError):
+    """The caller may not use the bridge (peer uid or client certificate not allowed)."""
 
 
 class UnknownNode(BridgeError):

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from bridge.config import BridgeConfig
 from bridge.domain.hostlist import compress, expand
+from bridge.domain.node_names import check_node_name
 from bridge.domain.nodes import SlurmNode, our_reason
 from bridge.domain.pod_rendering import render_pod
 from bridge.domain.pods import UNSCHEDULABLE, PodView
@@ -147,21 +148,56 @@ class BridgeService:
 
     # -- hooks -----------------------------------------------------------------------------------
 
-    def _split(self, hostlist: str) -> tuple[dict[str, list[str]], list[str]]:
-        return self.config.pools.group(expand(hostlist))
+    def _split(self, hostlist: str) -> tuple[list[str], dict[str, list[str]], list[NodeResult]]:
+        """The hostlist's distinct names in order, the usable ones grouped by pool, and one
+        rejection per other name. Rejected names never reach Slurm or Kubernetes: a name no pool
+        owns may be a static node with running jobs."""
+        names = list(dict.fromkeys(expand(hostlist)))
+        rejected, usable = [], []
+        for node in names:
+            try:
+                check_node_name(node)
+            except InvalidInput as e:
+                rejected.append(NodeResult(node, Outcome.REJECTED, ErrorClass.INVALID, str(e)))
+            else:
+                usable.append(node)
+        groups, unknown = self.config.pools.group(usable)
+        source = self.config.source or "config"
+        rejected += [
+            NodeResult(
+                node,
+                Outcome.REJECTED,
+                ErrorClass.UNKNOWN_NODE,
+                f"node {node} is in no pool of the bridge ({source}); Slurm left alone",
+            )
+            for node in unknown
+        ]
+        if rejected:
+            log.warning(
+                "rejected %d node(s), Slurm left alone: %s",
+                len(rejected),
+                "; ".join(r.message for r in rejected[:5]),
+            )
+        return names, groups, rejected
 
-    def _reject_unknown(self, unknown: Sequence[str], *, mark_down: bool) -> list[NodeResult]:
-        results = []
-        for node in unknown:
-            message = f"node {node} is in no pool of the bridge ({self.config.source or 'config'})"
-            results.append(NodeResult(node, Outcome.REJECTED, ErrorClass.UNKNOWN_NODE, message))
-        if mark_down:
-            # One update per node: the reason names the node, so `sinfo -R` says which is wrong.
-            for node in unknown:
-                self._mark_down([node], our_reason("UnknownNode", f"no bridge pool owns {node}"))
-        return results
+    def _cloud_nodes(self, nodes: Sequence[str]) -> list[str]:
+        """Those of ``nodes`` Slurm lists as CLOUD (one read; only failure paths pay for it)."""
+        if not nodes:
+            return []
+        try:
+            cloud = {n.name for n in self.slurm.list_nodes() if n.is_cloud}
+        except BridgeError as e:
+            # Unsure what they are: leave Slurm alone; the reconciler tries again next pass.
+            log.warning("not setting %s DOWN: cannot read Slurm: %s", compress(nodes), e)
+            return []
+        others = [n for n in nodes if n not in cloud]
+        if others:
+            log.warning("not setting %s DOWN: Slurm does not list it as CLOUD", compress(others))
+        return [n for n in nodes if n in cloud]
 
     def _mark_down(self, nodes: Sequence[str], reason: str) -> None:
+        if not nodes:
+            return
         try:
             self.slurm.update_nodes(nodes, state="down", reason=reason)
             log.warning("set DOWN %s: %s", compress(nodes), reason)
@@ -169,14 +205,14 @@ class BridgeService:
             log.error("could not set DOWN %s (%s): %s", compress(nodes), reason, e)
 
     def resume(self, hostlist: str, resume_file: str, request_id: str) -> list[NodeResult]:
-        """Create one pod per node; unknown nodes are rejected and set DOWN with our reason."""
-        groups, unknown = self._split(hostlist)
+        """Create one pod per node; Kubernetes' refusals set the node DOWN with our reason."""
+        names, groups, rejected = self._split(hostlist)
         try:
             jobs = resume_file_jobs(resume_file)
         except InvalidInput as e:
             log.warning("request %s: %s (resuming the hostlist anyway)", request_id, e)
             jobs = {}
-        results = self._reject_unknown(unknown, mark_down=True)
+        results = list(rejected)
         settings = self.config.pod_settings()
         manifests: list[dict[str, Any]] = []
         for pool_name, nodes in groups.items():
@@ -209,8 +245,8 @@ class BridgeService:
                 )
         # Kubernetes said no for good: fail fast so Slurm requeues instead of waiting.
         for reason, nodes in failed.items():
-            self._mark_down(nodes, reason)
-        return results
+            self._mark_down(self._cloud_nodes(nodes), reason)
+        return in_order(names, results)
 
     def _delete(
         self,
@@ -240,31 +276,28 @@ class BridgeService:
 
     def suspend(self, hostlist: str, request_id: str) -> list[NodeResult]:
         """Delete the nodes' pods; already-absent pods are success."""
-        groups, unknown = self._split(hostlist)
-        nodes = [n for names in groups.values() for n in names]
-        return self._reject_unknown(unknown, mark_down=False) + self._delete(
-            nodes, request_id, "Slurm suspended the node"
+        names, groups, rejected = self._split(hostlist)
+        nodes = [n for members in groups.values() for n in members]
+        return in_order(
+            names, rejected + self._delete(nodes, request_id, "Slurm suspended the node")
         )
 
     def resume_failed(self, hostlist: str, request_id: str) -> list[NodeResult]:
         """Slurm gave up on these nodes (ResumeTimeout): remove whatever pod is left."""
-        groups, unknown = self._split(hostlist)
-        nodes = [n for names in groups.values() for n in names]
-        return self._reject_unknown(unknown, mark_down=False) + self._delete(
-            nodes, request_id, "Slurm reported the resume as failed"
-        )
+        names, groups, rejected = self._split(hostlist)
+        nodes = [n for members in groups.values() for n in members]
+        deleted = self._delete(nodes, request_id, "Slurm reported the resume as failed")
+        return in_order(names, rejected + deleted)
 
     def node_event(
         self, kind: str, hostlist: str, reason: str, request_id: str
     ) -> list[NodeResult]:
         """A node event from strigger: converge now instead of at the next poll."""
-        groups, unknown = self._split(hostlist)
+        names, groups, rejected = self._split(hostlist)
         log.info("request %s: node event %s for %s: %s", request_id, kind, hostlist, reason)
         self.reconcile_once()
-        nodes = [n for names in groups.values() for n in names]
-        return self._reject_unknown(unknown, mark_down=False) + [
-            NodeResult(n, Outcome.OK) for n in nodes
-        ]
+        nodes = [n for members in groups.values() for n in members]
+        return in_order(names, rejected + [NodeResult(n, Outcome.OK) for n in nodes])
 
     # -- reconcile -------------------------------------------------------------------------------
 
@@ -276,7 +309,10 @@ class BridgeService:
         pod list that follows shows it (the other order calls a just-registered node's pod
         missing whenever scontrol is slow).
         """
-        nodes = [n for n in self.slurm.list_nodes() if self.config.pools.owns(n.name)]
+        # Only CLOUD nodes a pool owns: a static node that shares a pool's name is never touched.
+        nodes = [
+            n for n in self.slurm.list_nodes() if n.is_cloud and self.config.pools.owns(n.name)
+        ]
         pods, _ = self.pods.list_pods()
         events: list[ScaleUpEvent] = []
         if any(p.holdup is not None and p.holdup.reason == UNSCHEDULABLE for p in pods):
@@ -410,6 +446,12 @@ class BridgeService:
                 )
             )
         return rows
+
+
+def in_order(names: Sequence[str], results: Iterable[NodeResult]) -> list[NodeResult]:
+    """``results`` in the order of ``names`` (the hostlist's), as the proto promises."""
+    by_node = {r.node: r for r in results}
+    return [by_node[n] for n in names if n in by_node]
 
 
 def _natural(name: str) -> tuple[str, int, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from tenacity import (
     retry,
     retry_if_exception_type,
     stop_after_attempt,
+    stop_after_delay,
     wait_exponential,
 )
 
@@ -98,6 +100,9 @@ def _api_message(e: ApiException) -> str:
 
 _TRANSPORT_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
 
+#: Default budget of one pod delete, retries included (see PodGateway.delete_budget_s).
+DELETE_BUDGET_S = 5.0
+
 _retry_transient = retry(
     retry=retry_if_exception_type(TransientBackendError),
     stop=stop_after_attempt(4),
@@ -117,6 +122,29 @@ def _call(what: str, fn: Callable[[], T]) -> T:
     return attempt()
 
 
+def _call_within(what: str, budget_s: float, fn: Callable[[float], T]) -> T:
+    """Like :func:`_call`, but every attempt and the waits between them fit in ``budget_s``:
+    ``fn(timeout)`` gets what is left of it as its request timeout."""
+    deadline = time.monotonic() + budget_s
+
+    @retry(
+        retry=retry_if_exception_type(TransientBackendError),
+        stop=stop_after_attempt(4) | stop_after_delay(budget_s),
+        wait=wait_exponential(multiplier=0.2, max=2),
+        reraise=True,
+    )
+    def attempt() -> T:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0.05:
+            raise TransientBackendError(f"{what}: no time left in its {budget_s:g} s budget")
+        try:
+            return fn(remaining)
+        except _TRANSPORT_ERRORS as e:
+            raise _translate(e, what) from e
+
+    return attempt()
+
+
 class PodGateway:
     """The bridge's pods in one namespace, selected by our labels."""
 
@@ -128,12 +156,16 @@ class PodGateway:
         cluster_name: str,
         concurrency: int = 16,
         request_timeout_s: float = 10.0,
+        delete_budget_s: float = DELETE_BUDGET_S,
     ) -> None:
         self._api = api
         self.namespace = namespace
         self.selector = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_CLUSTER}={cluster_name}"
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="k8s")
         self._timeout = request_timeout_s
+        #: A delete (all its retries) ends within this: a suspend must answer well inside
+        #: SuspendTimeout, and a pod left behind is the reconciler's to remove next pass.
+        self.delete_budget_s = delete_budget_s
 
     @classmethod
     def connect(
@@ -308,10 +340,11 @@ class PodGateway:
             preconditions=k8s.V1Preconditions(uid=uid) if uid else None,
         )
         try:
-            _call(
+            _call_within(
                 f"delete pod {name}",
-                lambda: self._api.delete_namespaced_pod(
-                    name, self.namespace, body=options, _request_timeout=self._timeout
+                self.delete_budget_s,
+                lambda timeout: self._api.delete_namespaced_pod(
+                    name, self.namespace, body=options, _request_timeout=min(timeout, self._timeout)
                 ),
             )
         except BackendError as e:

@@ -221,6 +221,30 @@ class SlurmCli:
         return doc
 
 
+#: Where Slurm's commands look for slurm.conf when neither the config nor SLURM_CONF says.
+DEFAULT_SLURM_CONF: Final = "/etc/slurm/slurm.conf"
+
+
+def slurm_user_from_conf(text: str) -> str:
+    """``SlurmUser`` as slurm.conf sets it (Slurm's default is root); the last setting wins."""
+    user = "root"
+    for line in text.splitlines():
+        key, sep, value = line.split("#", 1)[0].partition("=")
+        if sep and key.strip().lower() == "slurmuser" and value.strip():
+            user = value.strip().split()[0]
+    return user
+
+
+def read_slurm_user(conf: str | None) -> str:
+    """SlurmUser from the slurm.conf slurmctld reads (``conf``, else $SLURM_CONF, else Slurm's
+    default path): read from the file so the bridge knows it before slurmctld answers."""
+    path = Path(conf or os.environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF)
+    try:
+        return slurm_user_from_conf(path.read_text(encoding="utf-8", errors="replace"))
+    except OSError as e:
+        raise BackendError(f"cannot read SlurmUser from {path}: {e.strerror}") from e
+
+
 def _show(argv: Sequence[str]) -> str:
     """The command as a person would type it (program name without its directory)."""
     return " ".join([Path(argv[0]).name, *argv[1:]])

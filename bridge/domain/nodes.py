@@ -46,6 +46,11 @@ class SlurmNode:
     comment: str = ""
 
     @property
+    def is_cloud(self) -> bool:
+        """A ``State=CLOUD`` node: the only kind the bridge ever changes in Slurm."""
+        return "CLOUD" in self.flags
+
+    @property
     def is_powered_down(self) -> bool:
         return "POWERED_DOWN" in self.flags
 

@@ -67,6 +67,11 @@ def cloud(name: str, state: str = "IDLE", *flags: str, reason: str = "") -> Slur
     return SlurmNode(name, state, frozenset({"CLOUD", *flags}), reason)
 
 
+def powering_up(*names: str) -> list[SlurmNode]:
+    """Nodes Slurm is powering up for a job, as during a resume call."""
+    return [cloud(name, "ALLOCATED", "POWERING_UP") for name in names]
+
+
 class World:
     """The service wired to fakes that share one journal."""
 
@@ -130,22 +135,56 @@ def test_resume_repeated_creates_nothing_new() -> None:
     assert w.slurm.updates == []
 
 
-def test_resume_rejects_unknown_nodes_sets_them_down_and_goes_on() -> None:
-    w = World()
-    results = w.service.resume("cpu-0,other-[1-2]", "", "r1")
-    by_node = {r.node: r for r in results}
-    assert by_node["cpu-0"] == NodeResult("cpu-0", Outcome.OK)
-    for name in ("other-1", "other-2"):
-        r = by_node[name]
+def test_resume_rejects_unknown_nodes_leaves_slurm_alone_and_goes_on() -> None:
+    # other-1 may be a static node with running jobs: the bridge must never set it DOWN.
+    w = World(*powering_up("cpu-0"), SlurmNode("other-1", "ALLOCATED"))
+    results = w.service.resume("other-1,cpu-0,other-2", "", "r1")
+    assert [r.node for r in results] == ["other-1", "cpu-0", "other-2"], "hostlist order"
+    assert results[1] == NodeResult("cpu-0", Outcome.OK)
+    for r in (results[0], results[2]):
         assert (r.outcome, r.error_class) == (Outcome.REJECTED, ErrorClass.UNKNOWN_NODE)
-        assert name in r.message
-        assert "bridge.yaml" in r.message
+        assert r.node in r.message and "bridge.yaml" in r.message
     assert list(w.pods.pods) == ["cpu-0"]
-    # One update per node, so the reason in `sinfo -R` can name the node.
-    assert w.slurm.updates == [
-        Update(("other-1",), "down", "k8s: UnknownNode: no bridge pool owns other-1"),
-        Update(("other-2",), "down", "k8s: UnknownNode: no bridge pool owns other-2"),
-    ]
+    assert w.slurm.updates == []
+
+
+@pytest.mark.parametrize(
+    ("hostlist", "bad"),
+    [
+        ("cpu-0,a{b}", "a{b}"),
+        ("cpu-0,x=1", "x=1"),
+        ("cpu-0,CPU-1", "CPU-1"),
+        ("cpu-0,-cpu", "-cpu"),
+        ("cpu-0,cpu_1", "cpu_1"),
+        ("cpu-0," + "n" * 64, "n" * 64),
+    ],
+)
+def test_resume_rejects_names_slurm_or_dns_would_misread(hostlist: str, bad: str) -> None:
+    w = World(*powering_up("cpu-0"))
+    results = w.service.resume(hostlist, "", "r1")
+    assert results[0] == NodeResult("cpu-0", Outcome.OK)
+    assert (results[1].node, results[1].outcome, results[1].error_class) == (
+        bad,
+        Outcome.REJECTED,
+        ErrorClass.INVALID,
+    )
+    assert list(w.pods.pods) == ["cpu-0"]
+    assert w.slurm.updates == []
+
+
+def test_resume_failure_never_downs_a_node_slurm_does_not_list_as_cloud() -> None:
+    # A pool range that overlaps a static node: Kubernetes' refusal must not touch it.
+    w = World(SlurmNode("cpu-0", "ALLOCATED"), *powering_up("cpu-1"))
+    w.pods.create_errors.update({"cpu-0": NoCapacity("full"), "cpu-1": NoCapacity("full")})
+    w.service.resume("cpu-[0-1]", "", "r1")
+    assert w.slurm.updates == [Update(("cpu-1",), "down", "k8s: NoCapacity: full")]
+
+
+def test_reconcile_ignores_pool_nodes_slurm_does_not_list_as_cloud() -> None:
+    # Slurm says the node is up and busy but not CLOUD: no pod may be missing for it.
+    w = World(SlurmNode("cpu-0", "ALLOCATED"))
+    assert w.service.reconcile_once() == []
+    assert w.slurm.updates == []
 
 
 @pytest.mark.parametrize(
@@ -180,7 +219,7 @@ def test_resume_rejects_unknown_nodes_sets_them_down_and_goes_on() -> None:
 def test_resume_failure_fails_the_node_fast_when_kubernetes_said_no(
     error: BackendError, error_class: ErrorClass, reason: str | None
 ) -> None:
-    w = World()
+    w = World(*powering_up("cpu-0", "cpu-1", "cpu-2"))
     w.pods.create_errors["cpu-1"] = error
     results = w.service.resume("cpu-[0-2]", "", "r1")
     assert results[1] == NodeResult("cpu-1", Outcome.FAILED, error_class, str(error))
@@ -191,7 +230,7 @@ def test_resume_failure_fails_the_node_fast_when_kubernetes_said_no(
 
 
 def test_resume_batches_the_down_by_reason() -> None:
-    w = World()
+    w = World(*powering_up("cpu-0", "cpu-1", "cpu-2", "cpu-3"))
     full = NoCapacity("exceeded quota")
     w.pods.create_errors.update({"cpu-0": full, "cpu-2": full, "cpu-3": Conflict("not ours")})
     w.service.resume("cpu-[0-3]", "", "r1")
@@ -202,7 +241,7 @@ def test_resume_batches_the_down_by_reason() -> None:
 
 
 def test_resume_survives_slurm_refusing_the_down(caplog: pytest.LogCaptureFixture) -> None:
-    w = World()
+    w = World(*powering_up("cpu-0"))
     w.pods.create_errors["cpu-0"] = NoCapacity("full")
     w.slurm.fail_next = TransientBackendError("slurmctld unreachable")
     results = w.service.resume("cpu-0", "", "r1")
@@ -284,17 +323,17 @@ def test_suspend_and_resume_failed_delete_pods_absent_is_ok(call: str) -> None:
     w.pods.add("gpu-0", pool="gpu")
     w.pods.delete_errors["cpu-2"] = TransientBackendError("delete pod cpu-2: HTTP 500")
     results = getattr(w.service, call)("cpu-[0-2],gpu-0,nope-1", "r1")
-    assert results == [
-        NodeResult(
-            "nope-1",
-            Outcome.REJECTED,
-            ErrorClass.UNKNOWN_NODE,
-            "node nope-1 is in no pool of the bridge (bridge.yaml)",
-        ),
+    assert results == [  # hostlist order
         NodeResult("cpu-0", Outcome.OK),
         NodeResult("cpu-1", Outcome.OK),
         NodeResult("cpu-2", Outcome.FAILED, ErrorClass.TRANSIENT, "delete pod cpu-2: HTTP 500"),
         NodeResult("gpu-0", Outcome.OK),
+        NodeResult(
+            "nope-1",
+            Outcome.REJECTED,
+            ErrorClass.UNKNOWN_NODE,
+            "node nope-1 is in no pool of the bridge (bridge.yaml); Slurm left alone",
+        ),
     ]
     assert w.pods.pods == {}
     assert w.pods.delete_calls == ["cpu-0", "cpu-1", "cpu-2", "gpu-0"]
@@ -378,7 +417,10 @@ def test_reconcile_retries_a_refused_power_down_on_the_next_pass(
 def test_node_event_reconciles_at_once() -> None:
     w = World(cloud("cpu-0", "ALLOCATED", "POWERING_UP"))
     results = w.service.node_event("down", "cpu-0,x-1", "slurmd died", "r1")
-    assert [r.outcome for r in results] == [Outcome.REJECTED, Outcome.OK]
+    assert [(r.node, r.outcome) for r in results] == [
+        ("cpu-0", Outcome.OK),
+        ("x-1", Outcome.REJECTED),
+    ]
     assert "cpu-0" in w.pods.pods
 
 
