@@ -15,7 +15,6 @@ import os
 import shutil
 import socket
 import stat
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -486,8 +485,15 @@ def _gate_unix_socket(
         except KeyError as e:
             raise ConfigError(f"api: socket group {group!r} does not exist") from e
     _prepare_socket_path(path)
-    # mkdtemp makes the directory 0700 whatever the umask; short names keep sun_path < 108.
-    private_dir = Path(tempfile.mkdtemp(prefix=".skb-", dir=path.parent))
+    # No live bridge serves this socket (checked above), so a directory left by one that was
+    # killed is stale. mkdir(0o700) is owner-only whatever the umask; short names keep the
+    # socket paths under sun_path's 108 bytes.
+    private_dir = path.parent / f".{path.name}.d"
+    shutil.rmtree(private_dir, ignore_errors=True)
+    try:
+        private_dir.mkdir(mode=0o700)
+    except OSError as e:
+        raise ConfigError(f"api: cannot create {private_dir}: {e}") from e
     allowed, refused = private_dir / "a.sock", private_dir / "r.sock"
     if server.add_insecure_port(f"unix:{allowed}") == 0:
         raise ConfigError(f"api: cannot listen on unix socket {allowed}")

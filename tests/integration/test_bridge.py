@@ -13,8 +13,11 @@ import subprocess
 import time
 
 import pytest
+from proving_ground.bridge_daemon import BRIDGE_SOCKET
 from proving_ground.processes import State
 
+from bridge.client import BridgeClient
+from bridge.domain.results import ErrorClass, Outcome
 from tests.cluster import (
     job_state,
     kill_bridge,
@@ -99,21 +102,27 @@ def test_reconciler_deletes_a_pod_whose_node_is_powered_down(
     print(f"powered-down node's pod deleted after {age:.1f}s (guard 10 s + reconcile interval)")
 
 
-def test_unknown_node_is_set_down_naming_it_and_the_rest_proceed(
+def test_names_no_pool_owns_leave_slurm_untouched_and_the_rest_proceed(
     proving_ground: ProvingGround, use: Use
 ) -> None:
+    """stray-0 is a Slurm node no pool owns (it could be a static node running jobs); ``a{b}`` is
+    a name newer Slurm reads as a hostlist function. Neither may change anything in Slurm."""
     pg = proving_ground
     use("sim-[40-41]")
     use("stray-0")
-    run_hook(pg, "resume", "sim-[40-41],stray-0")
+    before = node(pg, "stray-0")
+    with BridgeClient(f"unix:{BRIDGE_SOCKET}", timeout_s=10) as client:
+        results = client.resume_nodes("sim-[40-41],stray-0,a{b}", "", "test-unknown")
+    assert [(r.node, r.outcome, r.error_class) for r in results] == [
+        ("sim-40", Outcome.OK, ErrorClass.NONE),
+        ("sim-41", Outcome.OK, ErrorClass.NONE),
+        ("stray-0", Outcome.REJECTED, ErrorClass.UNKNOWN_NODE),
+        ("a{b}", Outcome.REJECTED, ErrorClass.INVALID),
+    ]
     wait_for("sim pods", lambda: len(_pods_for(pg, ["sim-40", "sim-41"])) == 2 or None, 10)
-    stray = wait_for(
-        "stray-0 DOWN",
-        lambda: ((n := node(pg, "stray-0"))["State"].startswith("DOWN") and n) or None,
-        10,
-    )
-    assert stray["Reason"].startswith("k8s: UnknownNode:")
-    assert "stray-0" in stray["Reason"]
+    time.sleep(6)  # a reconcile pass (interval 5 s) must not touch stray-0 either
+    after = node(pg, "stray-0")
+    assert (after["State"], after.get("Reason")) == (before["State"], before.get("Reason"))
     assert "stray-0" not in pods(pg)
 
 

@@ -119,13 +119,26 @@ def test_socket_is_never_wider_than_its_mode(open_dir: Path) -> None:
     try:
         mode = stat.S_IMODE((open_dir / "b.sock").lstat().st_mode)
         assert mode == 0o660
-        private = [p for p in open_dir.iterdir() if p.name.startswith(".skb-")]
+        private = [p for p in open_dir.iterdir() if p.name == ".b.sock.d"]
         assert len(private) == 1
         # The gRPC servers' own sockets sit where only the bridge's user can reach them.
         assert stat.S_IMODE(private[0].stat().st_mode) == 0o700
     finally:
         server.stop(0)
     assert sorted(p.name for p in open_dir.iterdir()) == [], "stop() removes every socket"
+
+
+def test_a_killed_bridges_private_directory_is_replaced(open_dir: Path) -> None:
+    stale = open_dir / ".bridge.sock.d"
+    stale.mkdir(mode=0o755)
+    (stale / "a.sock").write_text("left by a bridge that was SIGKILLed")
+    server = start(FakeUseCases(), open_dir / "bridge.sock", frozenset({os.geteuid()}))
+    try:
+        assert stat.S_IMODE(stale.stat().st_mode) == 0o700
+        with BridgeClient(f"unix:{open_dir / 'bridge.sock'}", timeout_s=5) as client:
+            assert client.suspend_nodes("n-1")[0].outcome is Outcome.OK
+    finally:
+        server.stop(0)
 
 
 def test_many_concurrent_callers_all_answered(open_dir: Path) -> None:
