@@ -208,7 +208,17 @@ def _parse_range(item: str, token: str) -> _Range:
         raise HostlistError(f"invalid range {item!r} in {_short(token)}")
     if hi - lo + 1 > MAX_RANGE:
         raise HostlistError(f"range {item!r} in {_short(token)} has more than {MAX_RANGE} hosts")
-    return _Range(lo, hi, len(low.encode("utf-8", "surrogateescape")))
+    return _Range(lo, hi, _c_length(low))
+
+
+def _c_length(text: str) -> int:
+    """Bytes of ``text`` as the C string Slurm reads (padding is counted in bytes)."""
+    try:
+        # Undecodable bytes of argv or a file arrive as lone surrogates U+DC80..U+DCFF.
+        return len(text.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError:
+        # Other lone surrogates (JSON's "\ud800") have no bytes of their own; never fail on them.
+        return len(text.encode("utf-8", "surrogatepass"))
 
 
 def _number(digits: str, where: str) -> int:

@@ -328,3 +328,13 @@ def test_check_node_name(name: str, message: str | None) -> None:
     with pytest.raises(InvalidInput) as caught:
         check_node_name(name)
     assert message in str(caught.value)
+
+
+# Lone surrogates reach expand() from JSON ("\ud800") and from undecodable argv bytes; the
+# padding counts the bytes Slurm would see, and neither may raise UnicodeEncodeError.
+@pytest.mark.parametrize(
+    ("expression", "names"),
+    [("a[1\udc80-2]", ["a01", "a02"]), ("a[1\ud800-2]", ["a0001", "a0002"])],
+)
+def test_expand_pads_lone_surrogates_by_their_bytes(expression: str, names: list[str]) -> None:
+    assert expand(expression) == names
