@@ -2,7 +2,10 @@
 
 Every error names the file, the line and the field (``bridge.yaml:14: pools[1].cpus: must be a
 positive integer, got 'four'``); unknown and duplicate keys are errors, because a typo that passes
-silently leaves a default in force that nobody asked for.
+silently leaves a default in force that nobody asked for. Input is bounded: numbers are finite and
+at most a year of seconds (:data:`MAX_SECONDS`), the file at most :data:`MAX_FILE_SIZE`
+characters, its nesting (through YAML aliases too) :data:`MAX_YAML_DEPTH` levels and its values
+:data:`MAX_YAML_NODES`; an alias inside its own anchor is an error.
 
 Environment overrides (applied on top of the file; the file's value when unset):
 
@@ -37,7 +40,6 @@ overrides: they are structure, not scalars.
 from __future__ import annotations
 
 import ipaddress
-import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -59,6 +61,14 @@ from bridge.errors import ConfigError
 
 DEFAULT_PATH = "/etc/slurm-k8s-bridge/bridge.yaml"
 ENV_PREFIX = "SKB_"
+# Bounds on what the reader accepts, so that a broken or hostile file gives a ConfigError and
+# never a RecursionError, an OverflowError at start-up or a reader lost in a YAML alias bomb.
+MAX_FILE_SIZE = 4 * 1024 * 1024  # characters; a real file is a few KiB
+MAX_YAML_DEPTH = 64  # nesting, counted through aliases; a pod template needs about 12
+MAX_YAML_NODES = 100_000  # values after aliases are expanded (a "billion laughs" has 10**9)
+MAX_SECONDS = 365 * 24 * 3600.0  # beyond a year a pause is a typo; timedelta/wait overflow later
+MAX_COUNT = 2**31 - 1  # integer settings (Slurm's CPUs and MB fit; Python's repr stays cheap)
+MAX_CONCURRENCY = 1024
 
 Path = tuple[str | int, ...]
 
@@ -105,6 +115,12 @@ class BridgeSettings:
     terminating_margin_s: float = 15.0
     create_concurrency: int = 16
     log_format: str = "text"
+    #: Who may call over the Unix socket, as user names or uids (checked with SO_PEERCRED).
+    #: root, the bridge's own user and Slurm's SlurmUser are always allowed.
+    allowed_callers: tuple[str, ...] = ()
+    #: Over TCP: client certificate CNs/SANs allowed to call; empty allows any certificate
+    #: signed by ``tls_client_ca``.
+    tls_client_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -185,16 +201,16 @@ def _optional_dns_label(value: str) -> str | None:
 
 
 def _abs_path(value: str) -> str | None:
-    return None if value.startswith("/") else f"must be an absolute path, got {value!r}"
+    return None if value.startswith("/") else f"must be an absolute path, got {_show(value)}"
 
 
 def _host_port(value: str, *, port_required: bool) -> str | None:
     match = _HOST_PORT.fullmatch(value)
     if not match or (port_required and match["port"] is None):
         form = "host:port" if port_required else "host[:port]"
-        return f"must be {form}, got {value!r}"
+        return f"must be {form}, got {_show(value)}"
     if match["port"] is not None and int(match["port"]) > 65535:
-        return f"port {match['port']} is out of range in {value!r}"
+        return f"port {match['port']} is out of range in {_show(value)}"
     return None
 
 
@@ -212,7 +228,7 @@ def _tcp_listen(value: str) -> str | None:
 
 
 def _log_format(value: str) -> str | None:
-    return None if value in ("text", "json") else f"must be text or json, got {value!r}"
+    return None if value in ("text", "json") else f"must be text or json, got {_show(value)}"
 
 
 def _label_value(value: str) -> str | None:
@@ -223,7 +239,14 @@ def _label_value(value: str) -> str | None:
 def _subdomain(value: str) -> str | None:
     if len(value) <= 253 and all(dns_label_problem(part) is None for part in value.split(".")):
         return None
-    return f"{value!r} is not a valid Kubernetes object name (DNS-1123 subdomain)"
+    return f"{_show(value)} is not a valid Kubernetes object name (DNS-1123 subdomain)"
+
+
+def _caller_names(value: tuple[str, ...]) -> str | None:
+    for word in value:
+        if not word.isdigit() and not re.fullmatch(r"[a-z_][a-z0-9_.-]*\$?", word):
+            return f"{word!r} is neither a user name nor a uid"
+    return None
 
 
 def _non_empty(value: str) -> str | None:
@@ -234,9 +257,10 @@ def _non_empty(value: str) -> str | None:
 class _Spec:
     """How to read one scalar field."""
 
-    kind: str  # str | posint | posfloat | nonnegfloat | mode
+    kind: str  # str | posint | posfloat | nonnegfloat | mode | words
     optional: bool = False  # may be null (None)
     check: _Check | None = None
+    maximum: float | None = None  # posint: MAX_COUNT; seconds: MAX_SECONDS
 
 
 _SECTIONS: dict[str, tuple[type[Any], dict[str, _Spec]]] = {
@@ -274,8 +298,10 @@ _SECTIONS: dict[str, tuple[type[Any], dict[str, _Spec]]] = {
             "pod_age_guard_s": _Spec("nonnegfloat"),
             "failed_node_hold_s": _Spec("nonnegfloat"),
             "terminating_margin_s": _Spec("nonnegfloat"),
-            "create_concurrency": _Spec("posint"),
+            "create_concurrency": _Spec("posint", maximum=MAX_CONCURRENCY),
             "log_format": _Spec("str", check=_log_format),
+            "allowed_callers": _Spec("words", check=_caller_names),
+            "tls_client_names": _Spec("words"),
         },
     ),
 }
@@ -310,14 +336,17 @@ def _convert(spec: _Spec, value: Any) -> Any:
         raise _ProblemError("must be set (null is not allowed here)")
     if spec.kind == "str":
         if not isinstance(value, str):
-            raise _ProblemError(f"must be a string, got {value!r}")
+            raise _ProblemError(f"must be a string, got {_show(value)}")
     elif spec.kind == "posint":
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise _ProblemError(f"must be a positive integer, got {value!r}")
+        top = int(spec.maximum or MAX_COUNT)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= top:
+            raise _ProblemError(f"must be a positive integer up to {top}, got {_show(value)}")
     elif spec.kind in ("posfloat", "nonnegfloat"):
-        value = _number(spec.kind, value)
+        value = _number(spec.kind, value, spec.maximum or MAX_SECONDS)
     elif spec.kind == "mode":
         value = _mode(value)
+    elif spec.kind == "words":
+        value = _words(value)
     if spec.check is not None:
         problem = spec.check(value)
         if problem:
@@ -325,14 +354,34 @@ def _convert(spec: _Spec, value: Any) -> Any:
     return value
 
 
-def _number(kind: str, value: Any) -> float:
+def _number(kind: str, value: Any, top: float) -> float:
     positive = kind == "posfloat"
-    what = "a positive number" if positive else "a number >= 0"
+    what = f"a positive number up to {top:g}" if positive else f"a number from 0 to {top:g}"
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _ProblemError(f"must be {what} (seconds), got {value!r}")
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise _ProblemError(f"must be {what} (seconds), got {value!r}")
+        raise _ProblemError(f"must be {what} (seconds), got {_show(value)}")
+    # NaN fails every comparison; a huge int is compared as an int (float() would overflow).
+    if not (0 <= value <= top) or (positive and value == 0):
+        raise _ProblemError(f"must be {what} (seconds), got {_show(value)}")
     return float(value)
+
+
+def _show(value: Any) -> str:
+    """``repr`` for an error message, short, and safe for integers of any size."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _words(value: Any) -> tuple[str, ...]:
+    """A list of names (or a comma-separated string, as an environment variable gives it)."""
+    if isinstance(value, str):
+        return tuple(word.strip() for word in value.split(",") if word.strip())
+    if not isinstance(value, list) or not all(
+        isinstance(v, str | int) and not isinstance(v, bool) for v in value
+    ):
+        raise _ProblemError(f"must be a list of names, got {_show(value)}")
+    return tuple(str(v) for v in value)
 
 
 def _mode(value: Any) -> int:
@@ -340,10 +389,10 @@ def _mode(value: Any) -> int:
         try:
             value = int(value.removeprefix("0o"), 8)
         except ValueError:
-            raise _ProblemError(f"must be an octal mode like 0660, got {value!r}") from None
+            raise _ProblemError(f"must be an octal mode like 0660, got {_show(value)}") from None
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0o777:
         # YAML reads 660 as decimal; 0660 is the octal the user meant.
-        raise _ProblemError(f"must be an octal mode like 0660, got {value!r}")
+        raise _ProblemError(f"must be an octal mode like 0660, got {_show(value)}")
     return value
 
 
@@ -355,12 +404,12 @@ def _from_env(spec: _Spec, text: str) -> Any:
         try:
             return int(text)
         except ValueError:
-            raise _ProblemError(f"must be a positive integer, got {text!r}") from None
+            raise _ProblemError(f"must be a positive integer, got {_show(text)}") from None
     if spec.kind in ("posfloat", "nonnegfloat"):
         try:
             return float(text)
         except ValueError:
-            raise _ProblemError(f"must be a number (seconds), got {text!r}") from None
+            raise _ProblemError(f"must be a number (seconds), got {_show(text)}") from None
     return text
 
 
@@ -376,8 +425,62 @@ def dotted(path: Path) -> str:
 # YAML with line numbers.
 
 
-def _index_lines(node: yaml.Node, path: Path, lines: dict[Path, int], source: str) -> None:
-    """Record the 1-based line of every key and item; reject duplicate and non-string keys."""
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that composes no alias into its own node and nests at most MAX_YAML_DEPTH.
+
+    Aliases stay allowed (deploy/local/bridge.yaml shares a pod template with ``&real``), but
+    ``a: &x [*x]`` would be a cycle that every later walk recurses into forever, and PyYAML's
+    composer itself recurses once per level of nesting.
+    """
+
+    def __init__(self, stream: str, source: str) -> None:
+        super().__init__(stream)
+        self._source = source
+        self._open_anchors: set[str] = set()
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        where = f"{self._source}:{event.start_mark.line + 1}"
+        if isinstance(event, yaml.AliasEvent):
+            if event.anchor in self._open_anchors:
+                raise ConfigError(
+                    f"{where}: invalid YAML: alias *{event.anchor} is inside its own anchor"
+                )
+            node: yaml.Node | None = super().compose_node(parent, index)
+            return node
+        if self._depth >= MAX_YAML_DEPTH:
+            raise ConfigError(
+                f"{where}: invalid YAML: nested more than {MAX_YAML_DEPTH} levels deep"
+            )
+        anchor = getattr(event, "anchor", None)
+        if anchor is not None:
+            self._open_anchors.add(anchor)
+        self._depth += 1
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+            self._open_anchors.discard(anchor)
+        return node
+
+
+def _index_lines(
+    node: yaml.Node, path: Path, lines: dict[Path, int], source: str, budget: list[int]
+) -> None:
+    """Record the 1-based line of every key and item; reject duplicate and non-string keys.
+
+    Aliases make the tree larger than the text: ``budget`` counts the values still allowed
+    (MAX_YAML_NODES in all) and the path's length the depth through aliases.
+    """
+    budget[0] -= 1
+    if budget[0] < 0 or len(path) > MAX_YAML_DEPTH:
+        limit = f"{MAX_YAML_NODES} values" if budget[0] < 0 else f"{MAX_YAML_DEPTH} levels"
+        where = dotted(path[:4]) + ("..." if len(path) > 4 else "")
+        raise ConfigError(
+            f"{source}:{node.start_mark.line + 1}: {where or 'top level'}: "
+            f"the document expands (through its aliases) to more than {limit}"
+        )
     if isinstance(node, yaml.MappingNode):
         seen: dict[str, int] = {}
         for key_node, value_node in node.value:
@@ -395,21 +498,25 @@ def _index_lines(node: yaml.Node, path: Path, lines: dict[Path, int], source: st
                 )
             seen[key] = line
             lines[(*path, key)] = line
-            _index_lines(value_node, (*path, key), lines, source)
+            _index_lines(value_node, (*path, key), lines, source, budget)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             lines[(*path, index)] = item.start_mark.line + 1
-            _index_lines(item, (*path, index), lines, source)
+            _index_lines(item, (*path, index), lines, source, budget)
 
 
 def _read_yaml(text: str, source: str) -> tuple[Any, dict[Path, int]]:
-    loader = yaml.SafeLoader(text)
+    if len(text) > MAX_FILE_SIZE:
+        raise ConfigError(
+            f"{source}: {len(text)} characters, more than the limit of {MAX_FILE_SIZE}"
+        )
+    loader = _Loader(text, source)
     try:
         node = loader.get_single_node()
         if node is None:
             return {}, {}
         lines: dict[Path, int] = {(): node.start_mark.line + 1}
-        _index_lines(node, (), lines, source)
+        _index_lines(node, (), lines, source, [MAX_YAML_NODES])
         return loader.construct_document(node), lines
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
@@ -417,6 +524,10 @@ def _read_yaml(text: str, source: str) -> tuple[Any, dict[Path, int]]:
         raise ConfigError(f"{where}: invalid YAML: {e.problem or e.context}") from e
     except yaml.YAMLError as e:
         raise ConfigError(f"{source}: invalid YAML: {e}") from e
+    except (ValueError, OverflowError) as e:
+        # PyYAML converts scalars with int(), float() and datetime: "2026-02-30", or an integer
+        # of more than 4300 digits, raise from inside the constructor.
+        raise ConfigError(f"{source}: invalid YAML value: {_show(str(e))}") from e
     finally:
         loader.dispose()
 
@@ -447,7 +558,7 @@ class _Reader:
         if value is None:
             return {}
         if not isinstance(value, Mapping):
-            raise self.error(path, f"must be a mapping, got {value!r}")
+            raise self.error(path, f"must be a mapping, got {_show(value)}")
         for key in value:
             if key not in allowed:
                 raise self.error((*path, key), f"unknown key; known keys: {', '.join(allowed)}")
@@ -550,10 +661,10 @@ def _word_list(reader: _Reader, value: Any, path: Path) -> tuple[str, ...]:
         # Slurm writes Features=a,b; accept the same spelling.
         return tuple(word.strip() for word in value.split(",") if word.strip())
     if not isinstance(value, list):
-        raise reader.error(path, f"must be a list of strings, got {value!r}")
+        raise reader.error(path, f"must be a list of strings, got {_show(value)}")
     for index, word in enumerate(value):
         if not isinstance(word, str):
-            raise reader.error((*path, index), f"must be a string, got {word!r}")
+            raise reader.error((*path, index), f"must be a string, got {_show(word)}")
     return tuple(value)
 
 
@@ -572,7 +683,7 @@ def _pool(reader: _Reader, value: Any, index: int) -> NodePool:
         reader.scalar(_Spec("posint"), raw[key], (*path, key))
     weight = raw.get("weight")
     if weight is not None and (isinstance(weight, bool) or not isinstance(weight, int)):
-        raise reader.error((*path, "weight"), f"must be an integer, got {weight!r}")
+        raise reader.error((*path, "weight"), f"must be an integer, got {_show(weight)}")
     patience = {
         key: reader.scalar(_Spec("posfloat"), raw[key], (*path, key))
         for key in ("schedule_timeout_s", "image_pull_timeout_s")
@@ -580,7 +691,7 @@ def _pool(reader: _Reader, value: Any, index: int) -> NodePool:
     }
     template = raw.get("pod_template") or {}
     if not isinstance(template, Mapping):
-        raise reader.error((*path, "pod_template"), f"must be a mapping, got {template!r}")
+        raise reader.error((*path, "pod_template"), f"must be a mapping, got {_show(template)}")
     problems = template_problems(template)
     if problems:
         where, message = problems[0]
@@ -621,7 +732,7 @@ def _pools(reader: _Reader, value: Any) -> PoolSet:
     if value is None or value == []:
         raise reader.error(("pools",), "at least one pool is required")
     if not isinstance(value, list):
-        raise reader.error(("pools",), f"must be a list of pools, got {value!r}")
+        raise reader.error(("pools",), f"must be a list of pools, got {_show(value)}")
     pools = [_pool(reader, item, index) for index, item in enumerate(value)]
     try:
         return PoolSet(tuple(pools))
@@ -682,7 +793,7 @@ def load_config(
     source = os.fspath(path)
     try:
         with open(source, encoding="utf-8") as stream:
-            text = stream.read()
+            text = stream.read(MAX_FILE_SIZE + 1)  # enough for _read_yaml to say it is too big
     except OSError as e:
         raise ConfigError(f"{source}: cannot read: {e.strerror or e}") from e
     except UnicodeDecodeError as e:

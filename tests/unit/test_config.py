@@ -132,7 +132,8 @@ HEAD = "slurm:\n  conf_server: ctl:6817\npools:\n"  # lines 1-3; POOL starts on 
         (
             HEAD + POOL + "  - name: big\n    nodes: big-0\n    cpus: four\n"
             "    real_memory_mb: 1\n    image: i\n",
-            "bridge.yaml:11: pools[1].cpus: must be a positive integer, got 'four'",
+            "bridge.yaml:11: pools[1].cpus: must be a positive integer up to 2147483647, "
+            "got 'four'",
         ),
         (
             HEAD + POOL.replace("cpus: 2", "cpu: 2"),
@@ -223,12 +224,13 @@ HEAD = "slurm:\n  conf_server: ctl:6817\npools:\n"  # lines 1-3; POOL starts on 
         ),
         (
             HEAD + POOL + "bridge:\n  reconcile_interval_s: 0\n",
-            "bridge.yaml:10: bridge.reconcile_interval_s: must be a positive number (seconds), "
-            "got 0",
+            "bridge.yaml:10: bridge.reconcile_interval_s: must be a positive number up to "
+            "3.1536e+07 (seconds), got 0",
         ),
         (
             HEAD + POOL + "bridge:\n  pod_age_guard_s: -1\n",
-            "bridge.yaml:10: bridge.pod_age_guard_s: must be a number >= 0 (seconds), got -1",
+            "bridge.yaml:10: bridge.pod_age_guard_s: must be a number from 0 to 3.1536e+07 "
+            "(seconds), got -1",
         ),
         (
             HEAD + POOL + "bridge:\n  log_format: xml\n",
@@ -304,7 +306,7 @@ def test_errors_name_file_line_and_field(text: str, message: str) -> None:
         (
             {"SKB_BRIDGE_CREATE_CONCURRENCY": "0"},
             "environment SKB_BRIDGE_CREATE_CONCURRENCY: bridge.create_concurrency: must be a "
-            "positive integer, got 0",
+            "positive integer up to 1024, got 0",
         ),
         (
             {"SKB_KUBERNETES_NAMESPACE": "Bad"},
@@ -351,3 +353,122 @@ def test_load_config_reads_the_process_environment(
     monkeypatch.setenv("SKB_BRIDGE_LOG_FORMAT", "json")
     config: BridgeConfig = load_config(path)
     assert config.bridge.log_format == "json"
+
+
+# ---- bounded input: every number finite and in range, YAML that cannot recurse or explode ----
+
+SECONDS = [
+    "slurm:\n  command_timeout_s: {}\n",
+    "bridge:\n  reconcile_interval_s: {}\n",
+    "bridge:\n  pod_age_guard_s: {}\n",
+    "bridge:\n  failed_node_hold_s: {}\n",
+    "bridge:\n  terminating_margin_s: {}\n",
+]
+BAD_SECONDS = [".inf", "-.inf", ".nan", ".NaN", "1.0e+300", "31536001", "0x" + "f" * 2000]
+
+
+def _with_setting(setting: str) -> str:
+    # MINIMAL has a slurm section already: put the setting's key under it, or add a section.
+    if setting.startswith("slurm:"):
+        return MINIMAL.replace("slurm:\n", setting)
+    return MINIMAL + setting
+
+
+@pytest.mark.parametrize("value", BAD_SECONDS)
+@pytest.mark.parametrize("setting", SECONDS)
+def test_seconds_must_be_finite_and_at_most_a_year(setting: str, value: str) -> None:
+    field = setting.split("\n")[1].split(":", maxsplit=1)[0].strip()
+    with pytest.raises(
+        ConfigError, match=rf"^bridge\.yaml:\d+: \w+\.{field}: must be a "
+    ) as caught:
+        parse_config(_with_setting(setting.format(value)), "bridge.yaml")
+    assert "(seconds), got " in str(caught.value)
+    assert len(str(caught.value)) < 200
+
+
+POOL_SECONDS = [
+    ("schedule_timeout_s", ".inf"),
+    ("schedule_timeout_s", ".nan"),
+    ("image_pull_timeout_s", "1.0e+300"),
+    ("image_pull_timeout_s", "0"),
+]
+
+
+@pytest.mark.parametrize(("key", "value"), POOL_SECONDS)
+def test_pool_seconds_must_be_finite(key: str, value: str) -> None:
+    with pytest.raises(
+        ConfigError, match=rf"^bridge\.yaml:9: pools\[0\]\.{key}: must be a positive"
+    ):
+        parse_config(MINIMAL + f"    {key}: {value}\n", "bridge.yaml")
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"SKB_BRIDGE_RECONCILE_INTERVAL_S": "inf"}, "bridge.reconcile_interval_s: must be a "),
+        ({"SKB_BRIDGE_FAILED_NODE_HOLD_S": "nan"}, "bridge.failed_node_hold_s: must be a "),
+        ({"SKB_BRIDGE_FAILED_NODE_HOLD_S": "1e300"}, "bridge.failed_node_hold_s: must be a "),
+        ({"SKB_SLURM_COMMAND_TIMEOUT_S": "1e400"}, "slurm.command_timeout_s: must be a "),
+        ({"SKB_BRIDGE_CREATE_CONCURRENCY": "1025"}, "must be a positive integer up to 1024"),
+        ({"SKB_BRIDGE_CREATE_CONCURRENCY": "9" * 5000}, "got '999999999999999999999999"),
+    ],
+)
+def test_environment_numbers_are_bounded(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(MINIMAL, "bridge.yaml", environ)
+    assert str(caught.value).startswith(f"environment {next(iter(environ))}: ")
+    assert message in str(caught.value)
+    assert len(str(caught.value)) < 250
+
+
+HOSTILE_YAML = [
+    ("a: &x [*x]\n", "bridge.yaml:1: invalid YAML: alias *x is inside its own anchor"),
+    ("a: &x {b: *x}\n", "bridge.yaml:1: invalid YAML: alias *x is inside its own anchor"),
+    ("a: &x\n  - b\n  - *x\n", "bridge.yaml:3: invalid YAML: alias *x is inside its own anchor"),
+    ("[" * 100_000, "bridge.yaml:1: invalid YAML: nested more than 64 levels deep"),
+    ("- " * 1000 + "x\n", "bridge.yaml:1: invalid YAML: nested more than 64 levels deep"),
+    (
+        # A "billion laughs": ten aliases of ten aliases of ..., 10**9 values from 300 bytes.
+        "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
+        + "".join(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]\n" for i in range(1, 9)),
+        "the document expands (through its aliases) to more than 100000 values",
+    ),
+    (
+        # Each alias nests the one before one level deeper: depth grows through aliases only.
+        "a0: &a0 "
+        + "[" * 40
+        + "]" * 40
+        + "\n"
+        + "".join(f"a{i}: &a{i} " + "[" * 40 + f"*a{i - 1}" + "]" * 40 + "\n" for i in range(1, 5)),
+        "the document expands (through its aliases) to more than 64 levels",
+    ),
+    ("cpus: " + "9" * 5000 + "\n", "bridge.yaml: invalid YAML value: "),
+    ("when: 2026-02-30\n", "bridge.yaml: invalid YAML value: "),
+    ("x" * (4 * 1024 * 1024 + 1), "bridge.yaml: 4194305 characters, more than the limit of"),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), HOSTILE_YAML)
+def test_hostile_yaml_gives_a_config_error(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, "bridge.yaml")
+    assert message in str(caught.value)
+    assert len(str(caught.value)) < 250
+
+
+def test_aliases_that_share_a_template_still_work() -> None:
+    text = MINIMAL.replace(
+        "    image: localhost/slurmd:dev\n", "    image: &image localhost/slurmd:dev\n"
+    )
+    text += (
+        "  - name: gpu\n    nodes: gpu-0\n    cpus: 1\n    real_memory_mb: 1\n    image: *image\n"
+    )
+    config = parse_config(text, "bridge.yaml")
+    assert [pool.image for pool in config.pools] == ["localhost/slurmd:dev"] * 2
+
+
+def test_load_config_reads_no_more_than_the_limit(tmp_path: Path) -> None:
+    path = tmp_path / "bridge.yaml"
+    path.write_text(MINIMAL + "#" * (8 * 1024 * 1024))
+    with pytest.raises(ConfigError, match=r"characters, more than the limit of 4194304"):
+        load_config(path, environ={})
