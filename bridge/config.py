@@ -510,7 +510,11 @@ def _read_yaml(text: str, source: str) -> tuple[Any, dict[Path, int]]:
         raise ConfigError(
             f"{source}: {len(text)} characters, more than the limit of {MAX_FILE_SIZE}"
         )
-    loader = _Loader(text, source)
+    try:
+        # The reader checks the text at once: a control character fails here, not in parsing.
+        loader = _Loader(text, source)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{source}: invalid YAML: {str(e).splitlines()[0]}") from e
     try:
         node = loader.get_single_node()
         if node is None:
@@ -524,10 +528,13 @@ def _read_yaml(text: str, source: str) -> tuple[Any, dict[Path, int]]:
         raise ConfigError(f"{where}: invalid YAML: {e.problem or e.context}") from e
     except yaml.YAMLError as e:
         raise ConfigError(f"{source}: invalid YAML: {e}") from e
-    except (ValueError, OverflowError) as e:
-        # PyYAML converts scalars with int(), float() and datetime: "2026-02-30", or an integer
-        # of more than 4300 digits, raise from inside the constructor.
-        raise ConfigError(f"{source}: invalid YAML value: {_show(str(e))}") from e
+    except (ValueError, OverflowError, IndexError, TypeError) as e:
+        # PyYAML's safe constructor converts scalars with int(), float(), datetime and base64
+        # and trusts what it gets: "2026-02-30", an integer of more than 4300 digits or an
+        # empty "!!int" raise these from inside it. Nothing else runs in this block.
+        raise ConfigError(
+            f"{source}: invalid YAML value: {type(e).__name__}: {_show(str(e))}"
+        ) from e
     finally:
         loader.dispose()
 
