@@ -38,6 +38,11 @@ DEFAULT_HOOK_LOG = "/var/log/slurm/slurm-k8s-bridge-hooks.log"
 DEFAULT_TIMEOUT_S = 2.0
 SCONTROL_TIMEOUT_S = 10.0
 
+#: The biggest resume file sent on (the bridge's own limit, bridge.domain.resume_file.MAX_SIZE;
+#: a test keeps the two equal). A bigger one is not sent: the hostlist alone is enough to resume
+#: the nodes, and a too-big call would fail the whole batch.
+RESUME_FILE_MAX = 16 * 1024 * 1024
+
 HOOK_KINDS = ("resume", "suspend", "resume_fail", "node_event")
 #: strigger node events node_event forwards (the same as bridge.client.NODE_EVENT_KINDS, which
 #: is not imported here for start-up time; a test keeps the two equal).
@@ -116,9 +121,12 @@ def read_resume_file(env: Mapping[str, str]) -> tuple[str, str]:
         return "", "no SLURM_RESUME_FILE"
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read(), ""
+            contents = f.read(RESUME_FILE_MAX + 1)
     except OSError as e:
         return "", f"cannot read SLURM_RESUME_FILE: {e.strerror}"
+    if len(contents) > RESUME_FILE_MAX:
+        return "", f"SLURM_RESUME_FILE over {RESUME_FILE_MAX} characters: not sent"
+    return contents, ""
 
 
 def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> int:

@@ -6,7 +6,6 @@ Kubernetes (labelled pods) are the truth, so a restarted bridge picks up where i
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections import defaultdict
@@ -34,6 +33,7 @@ from bridge.domain.reconcile import (
     plan,
 )
 from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
+from bridge.domain.resume_file import jobs_by_node
 from bridge.domain.verdict import ScaleUpEvent, judge_refusal
 from bridge.errors import (
     BackendError,
@@ -94,33 +94,6 @@ def _error_class(error: BridgeError) -> ErrorClass:
     if isinstance(error, InvalidInput):
         return ErrorClass.INVALID
     return ErrorClass.INTERNAL
-
-
-def resume_file_jobs(contents: str) -> dict[str, list[int]]:
-    """Node → job ids from ``$SLURM_RESUME_FILE`` (22.05 ``nodes``, 24.11 ``nodes_resume``).
-
-    Raises :class:`InvalidInput` naming the field that is wrong; the file only feeds logs and
-    Events, so callers keep resuming the hostlist when it is bad.
-    """
-    if not contents.strip():
-        return {}
-    try:
-        doc = json.loads(contents)
-    except ValueError as e:
-        raise InvalidInput(f"resume_file: not JSON: {e}") from e
-    jobs = doc.get("jobs") if isinstance(doc, dict) else None
-    if not isinstance(jobs, list):
-        raise InvalidInput("resume_file: field 'jobs' missing or not a list")
-    by_node: dict[str, list[int]] = defaultdict(list)
-    for index, job in enumerate(jobs):
-        if not isinstance(job, dict) or not isinstance(job.get("job_id"), int):
-            raise InvalidInput(f"resume_file: jobs[{index}].job_id missing or not an integer")
-        nodes = job.get("nodes_resume") or job.get("nodes") or job.get("nodes_alloc") or ""
-        if not isinstance(nodes, str):
-            raise InvalidInput(f"resume_file: jobs[{index}].nodes is not a hostlist string")
-        for node in expand(nodes) if nodes else []:
-            by_node[node].append(job["job_id"])
-    return dict(by_node)
 
 
 class BridgeService:
@@ -208,7 +181,7 @@ class BridgeService:
         """Create one pod per node; Kubernetes' refusals set the node DOWN with our reason."""
         names, groups, rejected = self._split(hostlist)
         try:
-            jobs = resume_file_jobs(resume_file)
+            jobs = jobs_by_node(resume_file)
         except InvalidInput as e:
             log.warning("request %s: %s (resuming the hostlist anyway)", request_id, e)
             jobs = {}

@@ -14,6 +14,7 @@ import pytest
 from bridge import hooks
 from bridge.api import BridgeServer, build_server
 from bridge.client import NODE_EVENT_KINDS
+from bridge.domain import resume_file
 from bridge.errors import InvalidInput
 from tests.unit.test_api import FakeUseCases
 
@@ -150,6 +151,41 @@ def test_resume_without_resume_file_still_resumes(site: Site, fake: FakeUseCases
     assert done.returncode == 0, done.stderr
     assert fake.calls[0][1][:2] == ("c1", "")
     assert "cannot read SLURM_RESUME_FILE" in site.log_lines()[0]
+
+
+def big_resume_file(size: int) -> str:
+    """A job array's resume file of about ``size`` characters (one job per node)."""
+    jobs, total, i = [], 0, 0
+    while total < size:
+        job = f'{{"job_id":{i + 1},"nodes_resume":"c{i % 100}","partition":"k8s"}}'
+        jobs.append(job)
+        total += len(job) + 1
+        i += 1
+    return '{"jobs":[' + ",".join(jobs) + '],"all_nodes_resume":"c[0-99]"}'
+
+
+@pytest.mark.usefixtures("server")
+@pytest.mark.parametrize(
+    ("size", "sent"),
+    [(6 * 1024 * 1024, True), (hooks.RESUME_FILE_MAX + 1024, False)],
+    ids=["6MiB-sent-whole", "over-the-limit-hostlist-only"],
+)
+def test_big_resume_file_never_fails_the_batch(
+    site: Site, fake: FakeUseCases, size: int, sent: bool
+) -> None:
+    contents = big_resume_file(size)
+    path = site.root / "resume.json"
+    path.write_text(contents)
+    done = site.run("resume", "c[0-99]", resume_file=str(path))
+    assert done.returncode == 0, done.stderr
+    assert fake.calls[0][1][:2] == ("c[0-99]", contents if sent else "")
+    assert site.scontrol_calls() == [], "no node may be set DOWN for a big resume file"
+    if not sent:
+        assert "not sent" in site.log_lines()[0]
+
+
+def test_resume_file_limit_matches_the_bridges() -> None:
+    assert hooks.RESUME_FILE_MAX == resume_file.MAX_SIZE
 
 
 @pytest.mark.usefixtures("server")

@@ -33,7 +33,7 @@ from bridge.errors import (
     NoCapacity,
     TransientBackendError,
 )
-from bridge.service import BridgeService, resume_file_jobs
+from bridge.service import BridgeService
 from tests.unit.fakes import FakePods, FakeSlurm, Update
 
 NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
@@ -289,21 +289,6 @@ RESUME_2411 = {
     ],
     "all_nodes_resume": "cpu-[1-2]",
 }
-
-
-@pytest.mark.parametrize(
-    ("contents", "expected"),
-    [
-        ("", {}),
-        ("  \n", {}),
-        (json.dumps(RESUME_2205), {"cpu-0": [3], "cpu-1": [3, 4]}),
-        (json.dumps(RESUME_2411), {"cpu-1": [2], "cpu-2": [2]}),
-        ('{"jobs": []}', {}),
-    ],
-    ids=["empty", "blank", "22.05", "24.11", "no-jobs"],
-)
-def test_resume_file_jobs(contents: str, expected: dict[str, list[int]]) -> None:
-    assert resume_file_jobs(contents) == expected
 
 
 def test_resume_logs_the_jobs_per_node(caplog: pytest.LogCaptureFixture) -> None:
