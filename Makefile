@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PG := PYTHONPATH=deploy/local $(PY) -m proving_ground
 PYTEST_ARGS ?=
 
-.PHONY: help deps venv build up down status lint typecheck proto test unit demo bench clean
+.PHONY: help deps venv build up down status lint typecheck proto test unit demo bench chaos clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -53,6 +53,13 @@ demo: deps venv ## the elastic cycle, live: jobs scale slurmd pods up and down
 
 bench: deps venv ## benchmarks (ratios against a baseline measured in the same run)
 	@$(PY) bench/run.py
+
+CHAOS_ARGS ?= --rounds 3 --nodes 200 --fault-seconds 60
+chaos: deps venv ## fault storms on kwok nodes (~15 min; CHAOS_ARGS=...), then the fuzz suite at 25,000 examples
+	@rc=0; $(PY) bench/chaos.py $(CHAOS_ARGS) || rc=$$?; \
+	if [ -f tests/unit/test_fuzz.py ]; then \
+		SKB_FUZZ_EXAMPLES=25000 $(PY) -m pytest tests/unit/test_fuzz.py -q || rc=1; \
+	fi; exit $$rc
 
 clean: down ## also remove .local (certificates, logs); the build cache stays
 	rm -rf .local
