@@ -15,7 +15,7 @@ deps: ## install Debian packages the proving ground needs (root; idempotent)
 	@deploy/local/install-deps.sh
 
 $(VENV)/.stamp: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv --clear $(VENV)  # --clear: never mix two interpreters in one venv
 	$(VENV)/bin/pip install -q -e '.[dev]'
 	@touch $@
 

@@ -27,6 +27,7 @@ from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
 from bridge.errors import (
     BackendError,
     BridgeError,
+    CallerNotAllowed,
     ConfigError,
     Conflict,
     Forbidden,
@@ -446,3 +447,38 @@ def test_mtls_rejects_a_client_without_certificate(
         _stub(ch).SuspendNodes(pb.SuspendNodesRequest(hostlist="c1"), timeout=1.0)
     assert info.value.code() == grpc.StatusCode.UNAVAILABLE
     assert fake.calls == []
+
+
+@pytest.mark.parametrize(
+    ("allowed", "served"),
+    [
+        (frozenset(), True),  # no pinning: any certificate of the client CA
+        (frozenset({"slurmctld"}), True),  # the client's SAN
+        (frozenset({"client"}), True),  # the client's CN
+        (frozenset({"login-node", "other"}), False),
+    ],
+)
+def test_mtls_pinned_client_names(
+    fake: FakeUseCases, pki: Path, allowed: frozenset[str], served: bool
+) -> None:
+    srv = build_server(
+        fake,
+        unix_socket=None,
+        tcp_listen="127.0.0.1:0",
+        tls=TlsServerFiles(str(pki / "server.pem"), str(pki / "server.key"), str(pki / "ca.pem")),
+        allowed_client_names=allowed,
+    )
+    srv.start()
+    tls = TlsFiles(str(pki / "client.pem"), str(pki / "client.key"), str(pki / "ca.pem"))
+    try:
+        with BridgeClient(f"127.0.0.1:{srv.tcp_port}", tls=tls, timeout_s=5.0) as c:
+            if served:
+                assert c.suspend_nodes("c1") == [NodeResult("c1", Outcome.OK)]
+            else:
+                with pytest.raises(CallerNotAllowed, match="tls_client_names"):
+                    c.suspend_nodes("c1")
+                with pytest.raises(CallerNotAllowed):
+                    c.list_nodes()
+    finally:
+        srv.stop(None)
+    assert fake.calls == ([("suspend", ("c1", fake.calls[0][1][1]))] if served else [])
