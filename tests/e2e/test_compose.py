@@ -1,9 +1,11 @@
-"""docker-compose.yml under podman-compose: slurmctld + bridge in one container (slurmctld's port
-6827 published on the host), driving the proving ground's Kubernetes through a mounted kubeconfig;
-slurmd pods on the real node register with it and run a job; `down` leaves nothing behind."""
+"""docker-compose.yml under podman-compose: slurmctld and the bridge in two containers sharing the
+bridge's socket (slurmctld's port 6827 published on the host), the bridge driving the proving
+ground's Kubernetes through a kubeconfig mounted into its container alone; slurmd pods on the
+real node register with slurmctld and run a job; `down` leaves nothing behind."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -14,10 +16,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from proving_ground import bridge_image
 from proving_ground.layout import APISERVER_PORT, HOST_IP
 
 from tests.conftest import ROOT, ProvingGround
+from tests.e2e.test_deploy_overlays import policy_objects
 
 pytestmark = pytest.mark.e2e
 
@@ -28,6 +32,7 @@ KUBECONFIG = ROOT / "deploy" / "compose" / "kubeconfig"
 SHARED = Path("/var/lib/slurm-k8s-bridge/compose")
 PROJECT = "slurm-k8s-bridge"
 CONTAINER = f"{PROJECT}_slurmctld_1"
+BRIDGE_CONTAINER = f"{PROJECT}_bridge_1"
 #: Debian bookworm's podman-compose (1.0.3) unless SKB_PODMAN_COMPOSE names another.
 PODMAN_COMPOSE = os.environ.get("SKB_PODMAN_COMPOSE", "podman-compose")
 #: The API server as the container reaches it (its 127.0.0.1 is its own).
@@ -72,6 +77,8 @@ def compose(proving_ground: ProvingGround, tmp_path: Path) -> Iterator[ProvingGr
         f"{os.path.relpath(KUSTOMIZE_DIR / 'overlays' / 'external', wrapper)}\n"
     )
     built = run([str(proving_ground.layout.kustomize_bin), "build", str(wrapper)]).stdout
+    # The admission guard's cluster-scoped objects: deleted afterwards unless they were there.
+    policy_before = policy_objects(proving_ground)
     proving_ground.kubectl("apply", "-f", "-", input_text=built)
     script = KUSTOMIZE_DIR / "overlays" / "external" / "make-kubeconfig.sh"
     made = subprocess.run(
@@ -87,8 +94,9 @@ def compose(proving_ground: ProvingGround, tmp_path: Path) -> Iterator[ProvingGr
         run([PODMAN_COMPOSE, "-p", PROJECT, "up", "-d"], timeout=300)
         yield proving_ground
     finally:
-        logs = run(["podman", "logs", CONTAINER], check=False)
-        print(logs.stdout[-5000:], logs.stderr[-5000:])
+        for container in (BRIDGE_CONTAINER, CONTAINER):
+            logs = run(["podman", "logs", container], check=False)
+            print(f"--- {container}", logs.stdout[-5000:], logs.stderr[-5000:])
         run([PODMAN_COMPOSE, "-p", PROJECT, "down", "-v"], check=False, timeout=300)
         # podman-compose 1.0.3 leaves the project's network behind.
         run(["podman", "network", "rm", f"{PROJECT}_default"], check=False)
@@ -96,14 +104,20 @@ def compose(proving_ground: ProvingGround, tmp_path: Path) -> Iterator[ProvingGr
             "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true",
             "--timeout=180s", timeout=200,
         )  # fmt: skip
+        for name in sorted(policy_objects(proving_ground) - policy_before):
+            proving_ground.kubectl("delete", name, "--ignore-not-found")
         KUBECONFIG.unlink(missing_ok=True)
         shutil.rmtree(SHARED, ignore_errors=True)
         if key_created:
             MUNGE_KEY.unlink()
 
 
-def in_container(*argv: str, check: bool = True) -> str:
-    return run(["podman", "exec", CONTAINER, *argv], check=check).stdout
+def in_container(*argv: str, check: bool = True, container: str = CONTAINER) -> str:
+    return run(["podman", "exec", container, *argv], check=check).stdout
+
+
+def exits_0(container: str, *argv: str) -> bool:
+    return run(["podman", "exec", container, *argv], check=False).returncode == 0
 
 
 def compose_pods(proving_ground: ProvingGround) -> dict[str, dict[str, str]]:
@@ -118,6 +132,43 @@ def compose_pods(proving_ground: ProvingGround) -> dict[str, dict[str, str]]:
         }
         for p in json.loads(raw)["items"]
     }
+
+
+@pytest.mark.slow
+def test_compose_only_the_bridge_holds_credentials(compose: ProvingGround) -> None:
+    """The kubeconfig (a ServiceAccount token) is in the bridge's container alone; slurmctld's,
+    which runs the hooks and whatever Slurm executes, has neither it nor any token. The munge
+    key is slurmctld's alone; the bridge authenticates through the shared munge socket."""
+    wait_for(
+        "compose slurmctld (through the bridge's container too)",
+        lambda: "UP" in in_container("scontrol", "ping", check=False, container=BRIDGE_CONTAINER),
+        timeout_s=90,
+    )
+    kubeconfig = "/etc/slurm-k8s-bridge/kubeconfig"
+    token = yaml.safe_load(KUBECONFIG.read_text())["users"][0]["user"]["token"]
+    assert exits_0(BRIDGE_CONTAINER, "test", "-s", kubeconfig)
+    assert exits_0(CONTAINER, "test", "!", "-e", kubeconfig)
+    assert exits_0(CONTAINER, "test", "!", "-e", "/var/run/secrets/kubernetes.io/serviceaccount")
+    found = in_container(
+        "grep", "-rlsF", "-D", "skip", token[-64:], "/etc", "/run", "/var/spool", "/root",
+        "/tmp", "/shared", check=False,
+    )  # fmt: skip
+    assert found == "", found
+    environ = in_container("cat", "/proc/1/environ").split("\0")
+    assert not [e for e in environ if e.startswith(("KUBECONFIG=", "SKB_KUBERNETES_"))]
+    mounts = json.loads(run(["podman", "inspect", CONTAINER]).stdout)[0]["Mounts"]
+    assert not [m for m in mounts if "kubeconfig" in m["Source"] + m["Destination"]], mounts
+    # No copy of the deployment's munge key either (Debian's munge package leaves a key of its
+    # own in the image at /etc/munge/munge.key, which no munged of the bridge's container uses).
+    assert exits_0(BRIDGE_CONTAINER, "test", "!", "-e", "/etc/munge-secret/munge.key")
+    key_sum = hashlib.sha256(MUNGE_KEY.read_bytes()).hexdigest()
+    sums = in_container(
+        "sh", "-c", "sha256sum /etc/munge/munge.key 2>/dev/null || true", container=BRIDGE_CONTAINER
+    )
+    assert key_sum not in sums
+    assert exits_0(CONTAINER, "test", "-s", "/etc/munge/munge.key")
+    # The hooks reach the bridge through the shared volume.
+    assert exits_0(CONTAINER, "test", "-S", "/run/slurm-k8s-bridge/bridge.sock")
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """The kustomize deployment on the proving ground: every overlay builds; the external overlay's
 ServiceAccount can do exactly the bridge's pod work and nothing else; the in-cluster overlay runs
-slurmctld + bridge as a StatefulSet whose slurmd pods run a real two-node job and go away."""
+slurmctld + bridge as a StatefulSet whose slurmd pods run a real two-node job and go away, and
+only its bridge container holds the ServiceAccount's token."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import yaml
+from proving_ground import bridge_image
 
 from tests.conftest import ROOT, ProvingGround
 
@@ -25,6 +28,14 @@ MUNGE_KEY = KUSTOMIZE_DIR / "base" / "munge.key"
 EXTERNAL_NS = "skb-e2e-external"
 INCLUSTER_NS = "slurm-incluster"
 INCLUSTER_SHARED = Path("/var/lib/slurm-k8s-bridge/incluster")
+#: The admission guard (base/admission-policy.yaml): cluster-scoped, the same in every overlay.
+POLICY = "slurm-k8s-bridge-pods"
+POLICY_KINDS = ("validatingadmissionpolicybinding", "validatingadmissionpolicy")
+CLUSTER_SCOPED = {"Namespace", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+#: What the base adds to every overlay: the admission guard (its allow-lists are annotations of
+#: the Namespace).
+ADMISSION_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # noqa: S105 (a path)
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +82,27 @@ def delete_namespace(proving_ground: ProvingGround, namespace: str) -> None:
     )
 
 
+def policy_objects(proving_ground: ProvingGround) -> set[str]:
+    """The admission guard's cluster-scoped objects that exist now (kind/name)."""
+    found = set()
+    for kind in POLICY_KINDS:
+        if proving_ground.kubectl("get", kind, POLICY, "--ignore-not-found", "-o", "name").strip():
+            found.add(f"{kind}/{POLICY}")
+    return found
+
+
+@contextmanager
+def admission_policy_cleanup(proving_ground: ProvingGround) -> Iterator[None]:
+    """Applying any overlay creates the admission guard's cluster-scoped policy and binding
+    (shared by every bridge namespace); afterwards delete those that did not exist before."""
+    before = policy_objects(proving_ground)
+    try:
+        yield
+    finally:
+        for name in sorted(policy_objects(proving_ground) - before):
+            proving_ground.kubectl("delete", name, "--ignore-not-found")
+
+
 @pytest.mark.parametrize(
     ("overlay", "namespace", "kinds"),
     [
@@ -86,12 +118,14 @@ def delete_namespace(proving_ground: ProvingGround, namespace: str) -> None:
                 "ConfigMap",
                 "Secret",
                 "Service",
+                *ADMISSION_KINDS,
             },
         ),
         (
             "overlays/external",
             "slurm",
-            {"Namespace", "ServiceAccount", "Role", "RoleBinding", "Secret", "Service"},
+            {"Namespace", "ServiceAccount", "Role", "RoleBinding", "Secret", "Service"}
+            | ADMISSION_KINDS,
         ),
         (
             "overlays/in-cluster",
@@ -105,6 +139,7 @@ def delete_namespace(proving_ground: ProvingGround, namespace: str) -> None:
                 "Secret",
                 "Service",
                 "StatefulSet",
+                *ADMISSION_KINDS,
             },
         ),
     ],
@@ -115,6 +150,8 @@ def test_overlay_builds(
     docs = [d for d in yaml.safe_load_all(kustomize(proving_ground, KUSTOMIZE_DIR / overlay)) if d]
     assert {d["kind"] for d in docs} == kinds
     for doc in docs:
+        if doc["kind"] in CLUSTER_SCOPED - {"Namespace"}:
+            continue
         where = (
             doc["metadata"]["name"]
             if doc["kind"] == "Namespace"
@@ -141,23 +178,28 @@ def external(
         f"namespace: {EXTERNAL_NS}\nresources:\n  - "
         f"{os.path.relpath(KUSTOMIZE_DIR / 'overlays' / 'external', wrapper)}\n"
     )
-    proving_ground.kubectl("apply", "-f", "-", input_text=kustomize(proving_ground, wrapper))
-    kubeconfig = tmp_path / "bridge.kubeconfig"
-    script = KUSTOMIZE_DIR / "overlays" / "external" / "make-kubeconfig.sh"
-    env = {
-        **proving_ground.env,
-        "PATH": f"{proving_ground.layout.kubernetes_bin}:{os.environ.get('PATH', '')}",
-    }
-    result = subprocess.run(
-        [str(script), "-n", EXTERNAL_NS, "-d", "1h", str(kubeconfig)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
+    with admission_policy_cleanup(proving_ground):
+        yield from _external(proving_ground, tmp_path, wrapper)
+
+
+def _external(proving_ground: ProvingGround, tmp_path: Path, wrapper: Path) -> Iterator[Path]:
     try:
+        proving_ground.kubectl("apply", "-f", "-", input_text=kustomize(proving_ground, wrapper))
+        kubeconfig = tmp_path / "bridge.kubeconfig"
+        script = KUSTOMIZE_DIR / "overlays" / "external" / "make-kubeconfig.sh"
+        env = {
+            **proving_ground.env,
+            "PATH": f"{proving_ground.layout.kubernetes_bin}:{os.environ.get('PATH', '')}",
+        }
+        result = subprocess.run(
+            [str(script), "-n", EXTERNAL_NS, "-d", "1h", str(kubeconfig)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
         yield kubeconfig
     finally:
         delete_namespace(proving_ground, EXTERNAL_NS)
@@ -183,7 +225,16 @@ def as_bridge(
 SIM_POD = {
     "apiVersion": "v1",
     "kind": "Pod",
-    "metadata": {"name": "rbac-probe"},
+    # The bridge's labels: the admission guard admits nothing else from its ServiceAccount.
+    "metadata": {
+        "name": "rbac-probe",
+        "labels": {
+            "app.kubernetes.io/managed-by": "slurm-k8s-bridge",
+            "slurm-k8s-bridge.io/cluster": "probe",
+            "slurm-k8s-bridge.io/pool": "probe",
+            "slurm-k8s-bridge.io/node": "rbac-probe",
+        },
+    },
     "spec": {
         # A kwok node: nothing real runs, the API calls are what is tested.
         "nodeSelector": {"type": "kwok"},
@@ -259,15 +310,26 @@ def test_external_service_account_real_requests(
         assert "Forbidden" in denied.stderr, (argv, denied.stderr)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def in_cluster(proving_ground: ProvingGround, munge_key: Path) -> Iterator[ProvingGround]:
-    manifests = kustomize(proving_ground, KUSTOMIZE_DIR / "overlays" / "in-cluster")
-    proving_ground.kubectl("apply", "-f", "-", input_text=manifests)
-    try:
-        yield proving_ground
-    finally:
-        delete_namespace(proving_ground, INCLUSTER_NS)
-        shutil.rmtree(INCLUSTER_SHARED, ignore_errors=True)
+    """The in-cluster overlay applied (with the bridge image of this checkout in containerd),
+    its StatefulSet rolled out."""
+    pg = proving_ground
+    bridge_image.import_bridge_image(
+        pg.layout, ["ctr", "--address", str(pg.layout.containerd_socket)]
+    )
+    manifests = kustomize(pg, KUSTOMIZE_DIR / "overlays" / "in-cluster")
+    with admission_policy_cleanup(pg):
+        pg.kubectl("apply", "-f", "-", input_text=manifests)
+        try:
+            pg.kubectl(
+                "-n", INCLUSTER_NS, "rollout", "status", "statefulset/slurmctld",
+                "--timeout=240s", timeout=260,
+            )  # fmt: skip
+            yield pg
+        finally:
+            delete_namespace(pg, INCLUSTER_NS)
+            shutil.rmtree(INCLUSTER_SHARED, ignore_errors=True)
 
 
 def slurm_pods(proving_ground: ProvingGround) -> dict[str, str]:
@@ -288,18 +350,65 @@ def slurm_pods(proving_ground: ProvingGround) -> dict[str, str]:
     }
 
 
+def exec_in(pg: ProvingGround, container: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            str(pg.layout.kubernetes_bin / "kubectl"),
+            f"--kubeconfig={pg.layout.kubeconfig}",
+            *("-n", INCLUSTER_NS, "exec", "slurmctld-0", "-c", container, "--", *argv),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_in_cluster_only_the_bridge_holds_the_token(in_cluster: ProvingGround) -> None:
+    """The ServiceAccount's token is mounted into the bridge container alone: slurmctld (which
+    runs the site's hooks, prologs and whatever Slurm executes) and munged cannot read it."""
+    pg = in_cluster
+    spec = json.loads(pg.kubectl("-n", INCLUSTER_NS, "get", "pod", "slurmctld-0", "-o", "json"))[
+        "spec"
+    ]
+    assert spec["automountServiceAccountToken"] is False
+    bridge_token = exec_in(pg, "bridge", "cat", f"{TOKEN_DIR}/token")
+    assert bridge_token.returncode == 0, bridge_token.stderr
+    assert bridge_token.stdout.count(".") == 2, "a JWT"
+    namespace = exec_in(pg, "bridge", "cat", f"{TOKEN_DIR}/namespace")
+    assert namespace.stdout == INCLUSTER_NS
+    assert exec_in(pg, "bridge", "test", "-s", f"{TOKEN_DIR}/ca.crt").returncode == 0
+    for container in ("slurmctld", "munged"):
+        listed = exec_in(pg, container, "ls", TOKEN_DIR)
+        assert listed.returncode != 0, (container, listed.stdout)
+        assert "No such file or directory" in listed.stderr, (container, listed.stderr)
+        # Nor anywhere else in the container: no file holds the token, no mount is a token's.
+        found = exec_in(
+            pg, container, "grep", "-rlsF", "-D", "skip", bridge_token.stdout[-64:], "/etc",
+            "/run", "/var/spool", "/root", "/tmp", "/shared",
+        )  # fmt: skip
+        assert found.stdout == "", (container, found.stdout)
+        mounts = exec_in(pg, container, "cat", "/proc/self/mountinfo")
+        assert "serviceaccount" not in mounts.stdout, (container, mounts.stdout)
+    # The bridge works with it: it has been answering slurmctld (rolled out = scontrol ping UP
+    # through the hooks' socket) and may list its pods.
+    listed_pods = exec_in(pg, "bridge", "python3", "-c", _LIST_PODS)
+    assert listed_pods.returncode == 0, listed_pods.stderr
+
+
+#: The bridge container lists its namespace's pods with the in-cluster credentials.
+_LIST_PODS = """
+from kubernetes import client, config
+config.load_incluster_config()
+client.CoreV1Api().list_namespaced_pod(open(
+    "/var/run/secrets/kubernetes.io/serviceaccount/namespace").read(), limit=1)
+"""
+
+
 @pytest.mark.slow
 def test_in_cluster_runs_a_two_node_job(in_cluster: ProvingGround) -> None:
     pg = in_cluster
-    pg.kubectl(
-        "-n",
-        INCLUSTER_NS,
-        "rollout",
-        "status",
-        "statefulset/slurmctld",
-        "--timeout=240s",
-        timeout=260,
-    )
 
     def ctld(*argv: str, check: bool = True) -> str:
         return pg.kubectl(

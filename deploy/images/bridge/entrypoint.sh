@@ -4,9 +4,15 @@
 #   slurmctld  slurmctld in the foreground; slurm.conf = $SLURM_CONF_HEAD (the site's lines)
 #              followed by what `slurm-k8s-bridge render-slurm-conf` makes of the bridge's
 #              configuration, so Slurm's nodes and the bridge's pods cannot disagree
-#   bridge     slurm-k8s-bridge serve --config $SKB_CONFIG
+#   bridge     slurm-k8s-bridge serve --config $SKB_CONFIG (writes slurm.conf first if absent:
+#              the bridge's scontrol calls need it); the only role that needs Kubernetes
+#              credentials, so give them to its container alone
+#   controller munged in the background, slurmctld in front: slurmctld's container when the
+#              bridge runs in a container of its own sharing the munge socket's and the bridge
+#              socket's directories (docker-compose.yml)
 #   slurm-conf only write slurm.conf (an initContainer, so that all containers find it)
-#   all        munged and the bridge in the background, slurmctld in front (compose)
+#   all        munged and the bridge in the background, slurmctld in front: one container,
+#              so slurmctld's container holds the bridge's credentials too (prefer the above)
 # Anything else runs as a command (e.g. `sh`).
 set -eu
 role=${1:-all}
@@ -70,8 +76,24 @@ slurmctld)
     exec /usr/sbin/slurmctld -D -i -f "$conf" "$@"
     ;;
 bridge)
+    [ -f "$conf" ] || write_slurm_conf
     mkdir -p "$(dirname "$bridge_socket")"
     exec /usr/local/bin/slurm-k8s-bridge serve --config "$config" "$@"
+    ;;
+controller)
+    prepare_munge
+    # shellcheck disable=SC2086
+    runuser -u munge -- $munged_cmd &
+    munged_pid=$!
+    [ -f "$conf" ] || write_slurm_conf
+    wait_for "$munge_socket"
+    wait_for "$bridge_socket"
+    echo "entrypoint: slurmctld with $conf" >&2
+    # Stop munged with us: compose sends SIGTERM to this shell only.
+    trap 'kill $slurmctld_pid 2>/dev/null; kill $munged_pid 2>/dev/null' TERM INT
+    /usr/sbin/slurmctld -D -i -f "$conf" "$@" &
+    slurmctld_pid=$!
+    wait $slurmctld_pid
     ;;
 all)
     prepare_munge

@@ -1,0 +1,287 @@
+"""The admission guard of the kustomize base (ValidatingAdmissionPolicy slurm-k8s-bridge-pods) on
+the proving ground's API server: with the bridge's identity only pods rendered like the bridge
+renders them are admitted (its labels, images and hostPaths from the allow-lists); anyone else is
+not affected. And every overlay ships the guard, the same everywhere, and no credentials."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bridge.config import load_config
+from bridge.domain.pod_rendering import PodSettings, render_pod
+from tests.conftest import ROOT, ProvingGround
+from tests.e2e.test_deploy_overlays import (
+    KUSTOMIZE_DIR,
+    POLICY,
+    admission_policy_cleanup,
+    delete_namespace,
+    kustomize,
+    munge_key,  # noqa: F401 (a fixture)
+    wait_for,
+)
+
+pytestmark = pytest.mark.e2e
+
+NAMESPACE = "skb-e2e-admission"
+BRIDGE = f"system:serviceaccount:{NAMESPACE}:slurm-k8s-bridge"
+OVERLAYS = ("base", "overlays/external", "overlays/in-cluster")
+#: Bridge configurations whose pools must pass the base's allow-lists: the proving ground's (it
+#: applies the base), the in-cluster overlay's and docker-compose's (the external overlay).
+CONFIGS = (
+    ROOT / "deploy" / "local" / "bridge.yaml",
+    KUSTOMIZE_DIR / "overlays" / "in-cluster" / "bridge.yaml",
+    ROOT / "deploy" / "compose" / "bridge.yaml",
+)
+#: The Namespace annotations holding the allow-lists.
+ALLOW_LISTS = ("slurm-k8s-bridge.io/allowed-images", "slurm-k8s-bridge.io/allowed-host-paths")
+BRIDGE_LABELS = {
+    "app.kubernetes.io/managed-by": "slurm-k8s-bridge",
+    "slurm-k8s-bridge.io/cluster": "admission",
+    "slurm-k8s-bridge.io/pool": "probe",
+}
+#: What no build may contain: service account tokens (JWTs), private keys, kubeconfig users.
+CREDENTIALS = re.compile(
+    r"eyJhbGciOi|PRIVATE KEY|client-key-data|client-certificate-data|kind: Config\b"
+    r"|kubernetes\.io/service-account-token"
+)
+
+
+@pytest.fixture(scope="module")
+def applied(
+    proving_ground: ProvingGround,
+    munge_key: Path,  # noqa: F811 (the fixture)
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ProvingGround]:
+    """The external overlay in a namespace of the test's own (as a user moves it); everything
+    removed afterwards, the cluster-scoped policy objects too unless they were there before."""
+    wrapper = tmp_path_factory.mktemp("admission")
+    (wrapper / "kustomization.yaml").write_text(
+        f"namespace: {NAMESPACE}\nresources:\n  - "
+        f"{os.path.relpath(KUSTOMIZE_DIR / 'overlays' / 'external', wrapper)}\n"
+    )
+    with admission_policy_cleanup(proving_ground):
+        try:
+            proving_ground.kubectl(
+                "apply", "-f", "-", input_text=kustomize(proving_ground, wrapper)
+            )
+            # The API server takes a moment to load a new policy.
+            wait_for(
+                "the admission policy in force",
+                lambda: create(proving_ground, hand_made_pod(), dry_run=True).returncode != 0,
+                timeout_s=60,
+                interval_s=1,
+            )
+            yield proving_ground
+        finally:
+            delete_namespace(proving_ground, NAMESPACE)
+
+
+def create(
+    pg: ProvingGround, pod: dict[str, Any], *, as_bridge: bool = True, dry_run: bool = False
+) -> subprocess.CompletedProcess[str]:
+    argv = [
+        str(pg.layout.kubernetes_bin / "kubectl"),
+        f"--kubeconfig={pg.layout.kubeconfig}",
+        "-n",
+        NAMESPACE,
+        *([f"--as={BRIDGE}"] if as_bridge else []),
+        "create",
+        *(["--dry-run=server"] if dry_run else []),
+        "-f",
+        "-",
+    ]
+    return subprocess.run(
+        argv, input=json.dumps(pod), capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def hand_made_pod() -> dict[str, Any]:
+    """What a stolen token would be used for: the node's root file system, privileged."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "escape"},
+        "spec": {
+            "nodeSelector": {"slurm-k8s-bridge.io/none": "x"},
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "localhost/slurm-k8s-bridge/slurmd:dev",
+                    "command": ["sleep", "infinity"],
+                    "securityContext": {"privileged": True},
+                    "volumeMounts": [{"name": "host", "mountPath": "/host"}],
+                }
+            ],
+            "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
+        },
+    }
+
+
+def labelled(pod: dict[str, Any], name: str) -> dict[str, Any]:
+    pod = copy.deepcopy(pod)
+    pod["metadata"] = {
+        "name": name,
+        "labels": {**BRIDGE_LABELS, "slurm-k8s-bridge.io/node": name},
+    }
+    return pod
+
+
+def rendered_pods() -> list[tuple[str, dict[str, Any]]]:
+    """One pod per pool of every configuration, rendered by the bridge's own code into the
+    test's namespace."""
+    pods = []
+    for path in CONFIGS:
+        config = load_config(path, environ={})
+        settings = PodSettings(
+            namespace=NAMESPACE,
+            cluster_name=config.cluster_name,
+            conf_server=config.slurm.conf_server,
+            munge_key_secret=config.slurm.munge_key_secret,
+            node_service=config.kubernetes.node_service,
+            cluster_domain=config.kubernetes.cluster_domain,
+        )
+        for pool in config.pools:
+            node = pool.node_names[0]
+            pods.append((f"{path.parent.name}/{pool.name}", render_pod(pool, node, settings)))
+    return pods
+
+
+def refused_by_policy(result: subprocess.CompletedProcess[str], message: str) -> None:
+    assert result.returncode != 0, result.stdout
+    assert f"ValidatingAdmissionPolicy '{POLICY}'" in result.stderr, result.stderr
+    assert message in result.stderr, result.stderr
+
+
+def test_hand_made_pod_is_refused(applied: ProvingGround) -> None:
+    refused_by_policy(
+        create(applied, hand_made_pod()),
+        "slurm-k8s-bridge-pods: the bridge creates only its own slurmd pods",
+    )
+
+
+def test_bridge_labels_alone_do_not_admit_a_root_host_path(applied: ProvingGround) -> None:
+    refused_by_policy(
+        create(applied, labelled(hand_made_pod(), "escape-1")),
+        "hostPath volume(s) not in the allow-list (annotation "
+        f"slurm-k8s-bridge.io/allowed-host-paths of namespace {NAMESPACE}): /",
+    )
+
+
+def test_image_outside_the_allow_list_is_refused(applied: ProvingGround) -> None:
+    pod = copy.deepcopy(RENDERED[0][1])
+    pod["spec"]["containers"][0]["image"] = "docker.io/library/debian:bookworm"
+    refused_by_policy(
+        create(applied, pod),
+        "image(s) not in the allow-list (annotation slurm-k8s-bridge.io/allowed-images of "
+        f"namespace {NAMESPACE}): docker.io/library/debian:bookworm",
+    )
+    # A sidecar counts as much as slurmd.
+    pod["spec"]["containers"][0]["image"] = "localhost/slurm-k8s-bridge/slurmd:dev"
+    pod["spec"]["initContainers"] = [{"name": "init", "image": "busybox:latest"}]
+    refused_by_policy(create(applied, pod), f"of namespace {NAMESPACE}): busybox:latest")
+
+
+RENDERED = rendered_pods()
+
+
+def test_extending_the_allow_list_takes_effect_at_once(applied: ProvingGround) -> None:
+    """An administrator adds an image to the namespace's annotation: admitted, no restart."""
+    pod = copy.deepcopy(RENDERED[0][1])
+    pod["spec"]["containers"][0]["image"] = "registry.example.org/hpc/slurmd:24.11"
+    assert create(applied, pod, dry_run=True).returncode != 0
+    key = ALLOW_LISTS[0]
+    before = json.loads(applied.kubectl("get", "namespace", NAMESPACE, "-o", "json"))
+    listed = before["metadata"]["annotations"][key]
+    try:
+        applied.kubectl(
+            "annotate", "--overwrite", "namespace", NAMESPACE,
+            f"{key}={listed}\nregistry.example.org/hpc/slurmd:*",
+        )  # fmt: skip
+        wait_for(
+            "the extended allow-list",
+            lambda: create(applied, pod, dry_run=True).returncode == 0,
+            timeout_s=30,
+            interval_s=1,
+        )
+    finally:
+        applied.kubectl("annotate", "--overwrite", "namespace", NAMESPACE, f"{key}={listed}")
+
+
+@pytest.mark.parametrize(("where", "pod"), RENDERED, ids=[where for where, _ in RENDERED])
+def test_pods_the_bridge_renders_are_admitted(
+    applied: ProvingGround, where: str, pod: dict[str, Any]
+) -> None:
+    """Every pool of the shipped configurations, privileged slurmd and shared hostPaths
+    included (a server-side dry run goes through admission)."""
+    result = create(applied, pod, dry_run=True)
+    assert result.returncode == 0, (where, result.stderr)
+
+
+def test_a_rendered_pod_is_really_created(applied: ProvingGround) -> None:
+    """Not only in a dry run: created, then deleted (it never runs: no node matches)."""
+    where, pod = RENDERED[0]
+    pod = copy.deepcopy(pod)
+    pod["spec"]["nodeSelector"] = {"slurm-k8s-bridge.io/none": "x"}
+    result = create(applied, pod)
+    assert result.returncode == 0, (where, result.stderr)
+    applied.kubectl(
+        "-n", NAMESPACE, "delete", "pod", pod["metadata"]["name"], "--grace-period=0", "--force"
+    )
+
+
+def test_everyone_else_is_not_affected(applied: ProvingGround) -> None:
+    """The cluster administrator (and any other identity) creates what RBAC lets it."""
+    result = create(applied, hand_made_pod(), as_bridge=False, dry_run=True)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_overlay_ships_the_guard_and_no_credentials(
+    proving_ground: ProvingGround,
+    munge_key: Path,  # noqa: F811 (the fixture)
+    overlay: str,
+) -> None:
+    text = kustomize(proving_ground, KUSTOMIZE_DIR / overlay)
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    assert ("ValidatingAdmissionPolicy", POLICY) in kinds
+    assert ("ValidatingAdmissionPolicyBinding", POLICY) in kinds
+    namespace = next(d for d in docs if d["kind"] == "Namespace")
+    assert set(ALLOW_LISTS) <= set(namespace["metadata"]["annotations"])
+    assert not CREDENTIALS.search(text), CREDENTIALS.search(text)
+    # The one Secret is the munge key slurmd pods need; no ServiceAccount token Secret.
+    secrets = [d for d in docs if d["kind"] == "Secret"]
+    assert [(s["metadata"]["name"], s.get("type", "Opaque")) for s in secrets] == [
+        ("slurm-munge-key", "Opaque")
+    ]
+
+
+def test_the_guard_is_the_same_in_every_overlay(
+    proving_ground: ProvingGround,
+    munge_key: Path,  # noqa: F811 (the fixture)
+) -> None:
+    """Cluster-scoped objects shared by every bridge namespace: applying one overlay after
+    another must not change them (only their namespace, which the API server ignores, differs)."""
+
+    def guard(overlay: str) -> list[dict[str, Any]]:
+        docs = yaml.safe_load_all(kustomize(proving_ground, KUSTOMIZE_DIR / overlay))
+        found = [d for d in docs if d and d["kind"].startswith("ValidatingAdmissionPolicy")]
+        for doc in found:
+            doc["metadata"].pop("namespace", None)
+        return found
+
+    first = guard(OVERLAYS[0])
+    for overlay in OVERLAYS[1:]:
+        assert guard(overlay) == first, overlay
+    # No paramKind: its lists are those of the namespace of each request (see the policy).
+    assert all("paramKind" not in d["spec"] and "paramRef" not in d["spec"] for d in first)
