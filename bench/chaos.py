@@ -584,20 +584,17 @@ class Harness:
             return None
 
     def pods(self) -> list[dict[str, Any]] | None:
-        out = self.kubectl(
-            "-n",
-            NAMESPACE,
-            "get",
-            "pods",
-            "-o",
-            "json",
-            "--request-timeout=5s",
-            timeout=10,
-            check=False,
-        )
+        """Our pods, or None when the API server did not answer.
+
+        kubectl prints an empty List on stdout even when the request failed (exit 1): only a
+        successful call is a list of pods.
+        """
         try:
+            out = self.kubectl(
+                "-n", NAMESPACE, "get", "pods", "-o", "json", "--request-timeout=5s", timeout=10
+            )
             items: list[dict[str, Any]] = json.loads(out)["items"]
-        except (ValueError, KeyError):
+        except (RuntimeError, ValueError, KeyError):
             return None
         return items
 
