@@ -136,6 +136,22 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from bridge import doctor  # Kubernetes client and Slurm CLI: only for the preflight
+
+    try:
+        config = load_config(_config_path(args))
+    except BridgeError as e:
+        checks = [doctor.Check(doctor.Status.FAIL, "config", str(e), "fix the configuration")]
+    else:
+        checks = [doctor.Check(doctor.Status.PASS, "config", f"{config.source} loads")]
+        checks += doctor.run_checks(config)
+    for check in checks:
+        print(check.line(), flush=True)
+    print(f"doctor: {doctor.summary(checks)}")
+    return 1 if doctor.failed(checks) else 0
+
+
 def cmd_hostnames(args: argparse.Namespace) -> int:
     for name in expand(args.hostlist):
         print(name)
@@ -205,6 +221,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check-config", help="validate the configuration and summarise it")
     with_config(p)
     p.set_defaults(func=cmd_check_config)
+
+    p = sub.add_parser(
+        "doctor",
+        help="preflight: credentials, RBAC, Secret, Slurm, hooks, socket, DNS, routes",
+        description="Check this installation; one PASS/WARN/FAIL/SKIP line per check with its "
+        "cause and what to do. Exits 1 if any check FAILs.",
+    )
+    with_config(p)
+    p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("hostnames", help="expand a hostlist, one name per line")
     p.add_argument("hostlist")

@@ -457,3 +457,74 @@ class PodGateway:
             except (BackendError, InvalidInput) as e:
                 results[name] = e
         return results
+
+    # -- preflight (``slurm-k8s-bridge doctor``) --------------------------------------------------
+
+    def access_rules(self) -> tuple[list[dict[str, Any]], bool]:
+        """What these credentials may do in the namespace, as the API server's authorizer says
+        (SelfSubjectRulesReview, allowed for every authenticated user): the ``resourceRules``
+        and whether the authorizer called the list incomplete (then ask :meth:`may`)."""
+        api = k8s.AuthorizationV1Api(self._api.api_client)
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectRulesReview",
+            "spec": {"namespace": self.namespace},
+        }
+        response = _call(
+            "review own access rules",
+            lambda: api.create_self_subject_rules_review(
+                body, _preload_content=False, _request_timeout=self._timeout
+            ),
+        )
+        status = json.loads(response.data).get("status") or {}
+        return list(status.get("resourceRules") or []), bool(status.get("incomplete"))
+
+    def may(self, verb: str, resource: str, name: str = "") -> bool:
+        """Whether these credentials may ``verb`` the core ``resource`` (named ``name``) in the
+        namespace (SelfSubjectAccessReview)."""
+        api = k8s.AuthorizationV1Api(self._api.api_client)
+        attributes = {"namespace": self.namespace, "verb": verb, "resource": resource}
+        if name:
+            attributes["name"] = name
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attributes},
+        }
+        response = _call(
+            f"review access to {verb} {resource}",
+            lambda: api.create_self_subject_access_review(
+                body, _preload_content=False, _request_timeout=self._timeout
+            ),
+        )
+        return bool((json.loads(response.data).get("status") or {}).get("allowed"))
+
+    def secret_exists(self, name: str) -> bool:
+        """Whether the Secret exists in the namespace (its data is read and dropped at once).
+
+        Raises :class:`Forbidden` when these credentials may not read it."""
+        return self._exists(
+            f"read secret {name}",
+            lambda: self._api.read_namespaced_secret(
+                name, self.namespace, _preload_content=False, _request_timeout=self._timeout
+            ),
+        )
+
+    def service_exists(self, name: str) -> bool:
+        """Whether the Service exists in the namespace; :class:`Forbidden` if it may not be read."""
+        return self._exists(
+            f"read service {name}",
+            lambda: self._api.read_namespaced_service(
+                name, self.namespace, _preload_content=False, _request_timeout=self._timeout
+            ),
+        )
+
+    def _exists(self, what: str, read: Callable[[], Any]) -> bool:
+        try:
+            response = _call(what, read)
+        except BackendError as e:
+            if isinstance(e.__cause__, ApiException) and e.__cause__.status == 404:
+                return False
+            raise
+        response.release_conn()
+        return True

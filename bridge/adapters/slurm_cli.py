@@ -156,6 +156,11 @@ class SlurmCli:
         self._run(argv)
         log.info("scontrol update nodes=%s comment=%r", ",".join(names), comment)
 
+    def show_config(self) -> dict[str, str]:
+        """The running slurmctld's configuration (``scontrol show config``; 22.05 has no JSON
+        form of it): key → value as printed, e.g. ``ResumeProgram`` → ``/usr/lib/.../resume``."""
+        return parse_show_config(self._run(self._argv("scontrol", "show", "config")))
+
     # --- internals ------------------------------------------------------------------------------
 
     def _argv(self, command: str, *args: str) -> list[str]:
@@ -243,6 +248,19 @@ def read_slurm_user(conf: str | None) -> str:
         return slurm_user_from_conf(path.read_text(encoding="utf-8", errors="replace"))
     except OSError as e:
         raise BackendError(f"cannot read SlurmUser from {path}: {e.strerror}") from e
+
+
+def parse_show_config(text: str) -> dict[str, str]:
+    """``Key = value`` lines of ``scontrol show config``; ``(null)`` becomes ``""``. The first
+    occurrence of a key wins (later sections, e.g. cgroup.conf's, may repeat names)."""
+    settings: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(" = ")
+        key = key.strip()
+        if sep and key and " " not in key and key not in settings:
+            value = value.strip()
+            settings[key] = "" if value == "(null)" else value
+    return settings
 
 
 def _show(argv: Sequence[str]) -> str:

@@ -1,0 +1,580 @@
+"""``slurm-k8s-bridge doctor``: a preflight of an installation, one line per check.
+
+Each check ends in PASS, WARN (worth a look, not known to break the bridge), FAIL (the bridge or
+its hooks will not work; the command exits non-zero) or SKIP (nothing to check, or an earlier
+check failed first), with a named cause and, unless it passed, what to do. The decisions are pure
+functions of facts (``check_*``), tested as tables; :func:`run_checks` gathers the facts through
+the adapters and the operating system.
+"""
+
+from __future__ import annotations
+
+import enum
+import grp
+import os
+import pwd
+import re
+import socket
+import stat
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from bridge.adapters.kubernetes import PodGateway
+from bridge.adapters.slurm_cli import SlurmCli, read_slurm_user
+from bridge.config import BridgeConfig
+from bridge.domain.nodes import SlurmNode
+from bridge.errors import BackendError, BridgeError, Forbidden
+
+#: What the bridge does with its credentials: (core resource, verbs).
+REQUIRED_ACCESS: Final = (
+    ("pods", ("create", "delete", "get", "list", "watch")),
+    ("events", ("create", "list")),
+)
+#: slurm.conf keys naming the programs slurmctld runs for power saving.
+HOOK_KEYS: Final = ("ResumeProgram", "SuspendProgram", "ResumeFailProgram")
+#: The oldest Python the package and its hooks run on (``python -P``, ``datetime.UTC``).
+MIN_PYTHON: Final = (3, 11)
+SLURMD_PORT: Final = 6818
+RBAC_FIX: Final = "apply the Role of deploy/kustomize/base/rbac.yaml to these credentials"
+
+
+class Status(enum.Enum):
+    PASS = "PASS"  # noqa: S105 (a verdict, not a password)
+    WARN = "WARN"
+    FAIL = "FAIL"
+    SKIP = "SKIP"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check's verdict: ``name`` says what was checked, ``cause`` why it ended so."""
+
+    status: Status
+    name: str
+    cause: str
+    fix: str = ""
+
+    def line(self) -> str:
+        text = f"{self.status.value}  {self.name}: {self.cause}"
+        if self.fix and self.status is not Status.PASS:
+            text += f" -> {self.fix}"
+        return text
+
+
+def failed(checks: Iterable[Check]) -> bool:
+    return any(c.status is Status.FAIL for c in checks)
+
+
+def summary(checks: Sequence[Check]) -> str:
+    counts = {s: sum(1 for c in checks if c.status is s) for s in Status}
+    return ", ".join(f"{counts[s]} {s.value.lower()}" for s in Status if counts[s]) or "no checks"
+
+
+# ---------------------------------------------------------------------------------------------
+# Kubernetes
+
+
+def rule_allows(rule: Mapping[str, Any], verb: str, resource: str, name: str = "") -> bool:
+    """Whether one ``resourceRules`` entry of a SelfSubjectRulesReview allows ``verb`` on the
+    core-group ``resource`` (named ``name``; without a name, only a rule without
+    ``resourceNames`` counts)."""
+
+    def has(key: str, wanted: str) -> bool:
+        values = rule.get(key) or []
+        return "*" in values or wanted in values
+
+    if not (has("verbs", verb) and has("apiGroups", "") and has("resources", resource)):
+        return False
+    names = rule.get("resourceNames") or []
+    return not names or (bool(name) and name in names)
+
+
+def missing_access(
+    rules: Sequence[Mapping[str, Any]],
+    required: Sequence[tuple[str, Sequence[str]]] = REQUIRED_ACCESS,
+) -> list[str]:
+    """``"<verb> <resource>"`` for every required permission no rule grants."""
+    return [
+        f"{verb} {resource}"
+        for resource, verbs in required
+        for verb in verbs
+        if not any(rule_allows(rule, verb, resource) for rule in rules)
+    ]
+
+
+def check_rbac(missing: Sequence[str], namespace: str, who: str) -> Check:
+    if missing:
+        return Check(
+            Status.FAIL,
+            "rbac",
+            f"{who} may not {', '.join(missing)} in namespace {namespace}",
+            f"grant {', '.join(missing)} in {namespace} ({RBAC_FIX})",
+        )
+    wanted = "; ".join(f"{r}: {', '.join(v)}" for r, v in REQUIRED_ACCESS)
+    return Check(Status.PASS, "rbac", f"{who} may {wanted} in namespace {namespace}")
+
+
+def check_object(kind: str, name: str, namespace: str, exists: bool | None, fix: str) -> Check:
+    """A Secret or Service the pods need; ``exists`` None: the credentials may not read it."""
+    what = f"{kind} {name}"
+    check = f"{kind.lower()} {name}"
+    if exists is None:
+        return Check(
+            Status.WARN,
+            check,
+            f"cannot tell whether {what} exists in namespace {namespace}: "
+            f"these credentials may not get {kind.lower()}s named {name}",
+            f"check with kubectl -n {namespace} get {kind.lower()} {name}, or allow get on it "
+            f"({RBAC_FIX}); if the name is wrong, fix the configuration",
+        )
+    if not exists:
+        return Check(Status.FAIL, check, f"{what} not found in namespace {namespace}", fix)
+    return Check(Status.PASS, check, f"{what} exists in namespace {namespace}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Slurm
+
+
+def check_slurm(nodes: Sequence[SlurmNode], pool_nodes: Sequence[str]) -> Check:
+    listed = {n.name for n in nodes}
+    known = sum(1 for name in pool_nodes if name in listed)
+    cause = (
+        f"slurmctld answers: {len(nodes)} node(s) listed, {known} of the pools' {len(pool_nodes)}"
+    )
+    if known == 0:
+        return Check(
+            Status.FAIL,
+            "slurm",
+            cause,
+            "Include the output of `slurm-k8s-bridge render-slurm-conf` in slurm.conf and run "
+            "scontrol reconfigure (Slurm 22.05 also needs PrivateData=cloud to list powered-down "
+            "CLOUD nodes)",
+        )
+    if known < len(pool_nodes):
+        return Check(
+            Status.WARN,
+            "slurm",
+            cause + "; the others are unknown to Slurm and the bridge will refuse them",
+            "render slurm.conf again from this configuration (render-slurm-conf)",
+        )
+    return Check(Status.PASS, "slurm", cause)
+
+
+def check_hook_program(key: str, path: str, exists: bool, executable: bool) -> Check:
+    name = key
+    if not path:
+        return Check(
+            Status.FAIL,
+            name,
+            f"{key} is not set in the running slurm.conf: power saving does not call the bridge",
+            "Include the output of `slurm-k8s-bridge render-slurm-conf` in slurm.conf",
+        )
+    if not exists:
+        return Check(
+            Status.FAIL,
+            name,
+            f"{path} does not exist (Slurm disables power saving or calls nothing)",
+            "install the hooks there or render slurm.conf again with the right hooks directory",
+        )
+    if not executable:
+        return Check(Status.FAIL, name, f"{path} is not executable", f"chmod 0755 {path}")
+    return Check(Status.PASS, name, f"{path} exists and is executable")
+
+
+def hook_python(resume_program: str, hooks_env: str | None, venv_python_exists: bool) -> str:
+    """The interpreter the hooks run, found as ``slurm_plugins/hook.sh`` finds it: SKB_PYTHON in
+    ``hooks.env``, else the checkout's ``.venv/bin/python``, else ``/usr/bin/python3``."""
+    for line in (hooks_env or "").splitlines():
+        if line.startswith("SKB_PYTHON="):
+            return line.partition("=")[2].strip().strip("\"'")
+    if venv_python_exists:
+        return str(Path(resume_program).resolve().parent.parent / ".venv" / "bin" / "python")
+    return "/usr/bin/python3"
+
+
+def python_version(executable: str) -> tuple[int, int] | None:
+    """The version of the Python at ``executable`` without running it: the name it resolves to
+    (``python3.11``), else ``version`` in the venv's ``pyvenv.cfg``; None when neither says."""
+    path = Path(executable)
+    match = re.fullmatch(r"python(\d+)\.(\d+)", path.resolve().name)
+    if match:
+        return int(match[1]), int(match[2])
+    try:
+        cfg = (path.parent.parent / "pyvenv.cfg").read_text()
+    except OSError:
+        return None
+    found = re.search(r"^version(?:_info)?\s*=\s*(\d+)\.(\d+)", cfg, re.MULTILINE)
+    return (int(found[1]), int(found[2])) if found else None
+
+
+def check_python(name: str, executable: str, version: tuple[int, int] | None) -> Check:
+    want = ".".join(map(str, MIN_PYTHON))
+    if version is None:
+        return Check(
+            Status.WARN,
+            name,
+            f"cannot tell the version of {executable}",
+            f"make sure it is Python {want} or later with slurm-k8s-bridge installed",
+        )
+    shown = ".".join(map(str, version))
+    if version < MIN_PYTHON:
+        return Check(
+            Status.FAIL,
+            name,
+            f"{executable} is Python {shown}, older than {want}",
+            f"point SKB_PYTHON in hooks.env at a Python {want}+ with slurm-k8s-bridge installed",
+        )
+    return Check(Status.PASS, name, f"{executable} is Python {shown}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The socket
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Owner, group and permission bits of a file (or what they will be)."""
+
+    uid: int
+    gid: int
+    mode: int
+
+    def permits(self, uid: int, gids: frozenset[int], bits: int) -> bool:
+        """Whether a user (``uid``, all its groups ``gids``) has ``bits`` (0o7 form) here."""
+        if uid == 0:
+            return True
+        if uid == self.uid:
+            return (self.mode >> 6) & bits == bits
+        if self.gid in gids:
+            return (self.mode >> 3) & bits == bits
+        return self.mode & bits == bits
+
+
+@dataclass(frozen=True)
+class SocketFacts:
+    path: str
+    mode: int  # configured
+    group: str | None  # configured
+    group_exists: bool
+    directory: Owner | None  # None: does not exist
+    socket: Owner | None  # None: not there (the bridge is not running)
+    expected: Owner  # what the bridge would create: its uid, the group, the mode
+    slurm_user: str
+    slurm_uid: int | None  # None: no such user here
+    slurm_gids: frozenset[int]
+
+
+def check_socket(f: SocketFacts) -> Check:
+    name = "socket"
+    if f.group is not None and not f.group_exists:
+        return Check(
+            Status.FAIL,
+            name,
+            f"bridge.socket_group {f.group} is not a group on this host",
+            f"create it (SlurmUser {f.slurm_user}'s group) or set bridge.socket_group",
+        )
+    directory = str(Path(f.path).parent)
+    if f.slurm_uid is None:
+        return Check(
+            Status.FAIL,
+            name,
+            f"SlurmUser {f.slurm_user} is not a user on this host",
+            "run the bridge on the slurmctld host, or fix SlurmUser",
+        )
+    if f.directory is None:
+        return Check(
+            Status.WARN,
+            name,
+            f"{directory} does not exist yet",
+            "the bridge creates it if it may; under systemd RuntimeDirectory= does "
+            "(deploy/systemd/slurm-k8s-bridge.service)",
+        )
+    where = f.socket or f.expected
+    shown = f"{f.path} ({_describe(where)})"
+    if not f.directory.permits(f.slurm_uid, f.slurm_gids, 0o1):
+        return Check(
+            Status.FAIL,
+            name,
+            f"SlurmUser {f.slurm_user} cannot enter {directory} ({_describe(f.directory)}), "
+            "so its hooks cannot reach the bridge",
+            "give the directory SlurmUser's group and mode 0750 (RuntimeDirectoryMode=0750, "
+            "Group= SlurmUser's group)",
+        )
+    if not where.permits(f.slurm_uid, f.slurm_gids, 0o2):
+        return Check(
+            Status.FAIL,
+            name,
+            f"SlurmUser {f.slurm_user} may not connect to {shown}",
+            f"set bridge.socket_group to a group {f.slurm_user} is in and bridge.socket_mode "
+            "to 0660",
+        )
+    if f.socket is not None and (f.socket.mode != f.mode):
+        return Check(
+            Status.WARN,
+            name,
+            f"{f.path} has mode {f.socket.mode:04o}, configured {f.mode:04o}",
+            "restart the bridge (it sets the mode when it starts)",
+        )
+    state = "bridge listening" if f.socket is not None else "bridge not running; as configured"
+    return Check(Status.PASS, name, f"{shown}, {state}: SlurmUser {f.slurm_user} may connect")
+
+
+def _describe(owner: Owner) -> str:
+    return f"{_user(owner.uid)}:{_group(owner.gid)} {owner.mode:04o}"
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _group(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+# ---------------------------------------------------------------------------------------------
+# The network
+
+
+def check_name(pool: str, node: str, addresses: Sequence[str], error: str) -> Check:
+    name = f"dns {node}"
+    if addresses:
+        return Check(Status.PASS, name, f"pool {pool}: {node} resolves to {', '.join(addresses)}")
+    return Check(
+        Status.WARN,
+        name,
+        f"pool {pool}: {node} does not resolve on this host ({error}); slurmctld addresses a "
+        "node by its name until its slurmd registers",
+        "add the cloud node names to DNS or /etc/hosts on the slurmctld host "
+        "(see docs/site-guide.md, Networking)",
+    )
+
+
+def check_route(tried: Mapping[str, str]) -> Check:
+    """``tried``: pod name → ``""`` when its IP answered on 6818 (even with a refusal), else
+    the error."""
+    name = "route to pods"
+    if not tried:
+        return Check(Status.SKIP, name, "no running pod of the bridge's to try")
+    reached = [pod for pod, error in tried.items() if not error]
+    if reached:
+        return Check(Status.PASS, name, f"pod {reached[0]} answers at its IP on {SLURMD_PORT}")
+    detail = "; ".join(f"{pod}: {error}" for pod, error in tried.items())
+    return Check(
+        Status.WARN,
+        name,
+        f"no pod IP answered on {SLURMD_PORT} from this host ({detail})",
+        "slurmctld must reach slurmd at the pod IP: route the pod CIDR to the cluster, "
+        "or use hostNetwork (see docs/site-guide.md, Networking)",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Gathering the facts
+
+
+def run_checks(config: BridgeConfig) -> list[Check]:
+    """Every check against this host, its slurmctld and its Kubernetes credentials."""
+    checks = [
+        check_python("python", sys.executable, (sys.version_info.major, sys.version_info.minor))
+    ]
+    checks += _kubernetes_checks(config)
+    checks += _slurm_checks(config)
+    checks.append(_socket_check(config))
+    for pool in config.pools:
+        checks.append(_resolve(pool.name, pool.node_names[0]))
+    return checks
+
+
+def _kubernetes_checks(config: BridgeConfig) -> list[Check]:
+    k = config.kubernetes
+    source = k.kubeconfig or "the in-cluster service account"
+    try:
+        pods = PodGateway.connect(
+            kubeconfig=k.kubeconfig,
+            context=k.context,
+            namespace=k.namespace,
+            cluster_name=config.cluster_name,
+            concurrency=1,
+        )
+    except BridgeError as e:
+        return [Check(Status.FAIL, "credentials", str(e), "fix kubernetes.kubeconfig")]
+    try:
+        checks = [Check(Status.PASS, "credentials", f"loaded from {source}")]
+        try:
+            rules, incomplete = pods.access_rules()
+            missing = missing_access(rules)
+            if incomplete:  # another authorizer (webhook) may allow what RBAC's rules miss
+                missing = [m for m in missing if not pods.may(*m.split(" ", 1))]
+        except BackendError as e:
+            checks.append(Check(Status.FAIL, "rbac", str(e), "check the credentials and server"))
+            return checks
+        checks.append(check_rbac(missing, k.namespace, f"credentials from {source}"))
+        secret = config.slurm.munge_key_secret
+        checks.append(
+            check_object(
+                "Secret",
+                secret,
+                k.namespace,
+                _exists(pods.secret_exists, secret),
+                f"create it from the site's munge key: kubectl -n {k.namespace} create secret "
+                f"generic {secret} --from-file=munge.key=/etc/munge/munge.key",
+            )
+        )
+        if k.node_service:
+            checks.append(
+                check_object(
+                    "Service",
+                    k.node_service,
+                    k.namespace,
+                    _exists(pods.service_exists, k.node_service),
+                    "apply deploy/kustomize/base/node-service.yaml, or set "
+                    'kubernetes.node_service: ""',
+                )
+            )
+        checks.append(_route(pods))
+        return checks
+    except BackendError as e:
+        return [*checks, Check(Status.FAIL, "kubernetes", str(e), "check the API server")]
+    finally:
+        pods.close()
+
+
+def _exists(read: Any, name: str) -> bool | None:
+    try:
+        return bool(read(name))
+    except Forbidden:
+        return None
+
+
+def _route(pods: PodGateway) -> Check:
+    listed, _ = pods.list_pods()
+    tried: dict[str, str] = {}
+    for pod in [p for p in listed if p.is_running and p.ip][:5]:
+        try:
+            with socket.create_connection((pod.ip, SLURMD_PORT), timeout=1.0):
+                pass
+        except ConnectionRefusedError:
+            pass  # the address answered: the route is there, slurmd is not listening yet
+        except OSError as e:
+            tried[pod.name] = f"{pod.ip}: {e.strerror or type(e).__name__}"
+            continue
+        tried[pod.name] = ""
+        break
+    return check_route(tried)
+
+
+def _slurm_checks(config: BridgeConfig) -> list[Check]:
+    s = config.slurm
+    cli = SlurmCli(bin_dir=s.bin_dir, timeout_s=s.command_timeout_s, conf=s.conf, attempts=1)
+    try:
+        nodes = cli.list_nodes()
+        settings = cli.show_config()
+    except BridgeError as e:
+        return [
+            Check(
+                Status.FAIL,
+                "slurm",
+                str(e),
+                f"check that slurmctld runs and that {s.bin_dir}/scontrol works with "
+                f"SLURM_CONF={s.conf or os.environ.get('SLURM_CONF') or '(default)'}",
+            )
+        ]
+    pool_nodes = [name for pool in config.pools for name in pool.node_names]
+    checks = [check_slurm(nodes, pool_nodes)]
+    for key in HOOK_KEYS:
+        path = settings.get(key, "")
+        checks.append(
+            check_hook_program(
+                key,
+                path,
+                bool(path) and Path(path).exists(),
+                bool(path) and os.access(path, os.X_OK),
+            )
+        )
+    resume = settings.get("ResumeProgram", "")
+    if resume and Path(resume).exists():
+        checks.append(_hook_python(resume))
+    return checks
+
+
+def _hook_python(resume_program: str) -> Check:
+    invoked, real = Path(resume_program), Path(resume_program).resolve()
+    hooks_env = None
+    for candidate in (invoked.parent / "hooks.env", real.parent / "hooks.env"):
+        try:
+            hooks_env = candidate.read_text()
+            break
+        except OSError:
+            continue
+    venv = real.parent.parent / ".venv" / "bin" / "python"
+    executable = hook_python(resume_program, hooks_env, os.access(venv, os.X_OK))
+    if not os.access(executable, os.X_OK):
+        return Check(
+            Status.FAIL,
+            "hooks python",
+            f"{executable} is not an executable (the hooks set their nodes DOWN)",
+            "set SKB_PYTHON in hooks.env next to the hooks",
+        )
+    return check_python("hooks python", executable, python_version(executable))
+
+
+def _socket_check(config: BridgeConfig) -> Check:
+    b = config.bridge
+    group_gid: int | None = None
+    if b.socket_group is not None:
+        try:
+            group_gid = grp.getgrnam(b.socket_group).gr_gid
+        except KeyError:
+            group_gid = None
+    try:
+        slurm_user = read_slurm_user(config.slurm.conf)
+    except BridgeError:
+        slurm_user = "root"
+    try:
+        entry = pwd.getpwnam(slurm_user)
+        slurm_uid: int | None = entry.pw_uid
+        gids = frozenset(os.getgrouplist(slurm_user, entry.pw_gid))
+    except KeyError:
+        slurm_uid, gids = None, frozenset()
+    facts = SocketFacts(
+        path=b.socket,
+        mode=b.socket_mode,
+        group=b.socket_group,
+        group_exists=b.socket_group is None or group_gid is not None,
+        directory=_owner(Path(b.socket).parent),
+        socket=_owner(Path(b.socket)),
+        expected=Owner(
+            os.geteuid(), group_gid if group_gid is not None else os.getegid(), b.socket_mode
+        ),
+        slurm_user=slurm_user,
+        slurm_uid=slurm_uid,
+        slurm_gids=gids,
+    )
+    return check_socket(facts)
+
+
+def _owner(path: Path) -> Owner | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return Owner(st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode))
+
+
+def _resolve(pool: str, node: str) -> Check:
+    try:
+        infos = socket.getaddrinfo(node, SLURMD_PORT, proto=socket.IPPROTO_TCP)
+    except OSError as e:
+        return check_name(pool, node, [], str(e.strerror or e))
+    addresses = sorted({str(info[4][0]) for info in infos})
+    return check_name(pool, node, addresses, "")
