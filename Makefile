@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PG := PYTHONPATH=deploy/local $(PY) -m proving_ground
 PYTEST_ARGS ?=
 
-.PHONY: help deps venv build up down status lint typecheck proto test unit demo bench chaos clean
+.PHONY: help deps venv build up down status lint typecheck proto test unit demo bench chaos clean image
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -60,6 +60,11 @@ chaos: deps venv ## fault storms on kwok nodes (~15 min; CHAOS_ARGS=...), then t
 	if [ -f tests/unit/test_fuzz.py ]; then \
 		SKB_FUZZ_EXAMPLES=25000 $(PY) -m pytest tests/unit/test_fuzz.py -q || rc=1; \
 	fi; exit $$rc
+
+image: ## slurmd image of a Slurm series (deploy/images/slurmd): SLURM=24.11 [REGISTRY=host/path PUSH=1] [BASE=image]
+	@PYTHONPATH=deploy/local $(PYTHON) -m proving_ground.images -v --slurm $(or $(SLURM),22.05) \
+		$(if $(REGISTRY),--registry $(REGISTRY)) $(if $(filter 1 yes true,$(PUSH)),--push) \
+		$(if $(BASE),--base $(BASE))
 
 clean: down ## also remove .local (certificates, logs); the build cache stays
 	rm -rf .local

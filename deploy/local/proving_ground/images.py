@@ -1,16 +1,32 @@
-"""Container images with no registry: a Debian root filesystem (debootstrap) packed as a
-docker-archive by hand and imported into containerd. Rebuilt only when the recipe changes."""
+"""Container images with no registry.
+
+The slurmd image is built from ``deploy/images/slurmd/Containerfile`` — the same recipe a site
+builds with ``podman build`` against a registry — on a Debian base made here: debootstrap a
+minimal root of the suite that carries the wanted Slurm series, commit it with buildah as
+``localhost/debian:<suite>``, ``buildah bud --pull=never`` on top of it (its RUN step fetches
+Debian's packages from deb.debian.org), save it as a docker-archive and import that into
+containerd. ``python -m proving_ground.images`` (``make image``) builds, tags and pushes it for any
+series. The pause image is packed by hand from Debian's static ``catatonit``.
+
+Everything is cached by recipe digest (Containerfile + entrypoint + packages + series + base): a
+warm ``make up`` rebuilds nothing.
+"""
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import io
 import json
 import logging
+import platform
+import re
 import shutil
+import sys
 import tarfile
 import tempfile
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,8 +36,35 @@ from .processes import ProvingGroundError, run
 log = logging.getLogger(__name__)
 
 SLURMD_IMAGE = "localhost/slurm-k8s-bridge/slurmd"
+#: What the proving ground's bridge config (deploy/local/bridge.yaml) names; always the ground's
+#: series, re-pointed at every import.
+SLURMD_IMAGE_DEV = f"{SLURMD_IMAGE}:dev"
 PAUSE_IMAGE = "localhost/slurm-k8s-bridge/pause"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
+DEBIAN_SECURITY_MIRROR = "http://deb.debian.org/debian-security"
+#: Slurm series -> the Debian suite that packages it (``apt-cache policy slurmd`` per suite).
+SLURM_SUITES = {"22.05": "bookworm", "24.11": "trixie", "26.05": "sid"}
+#: The proving ground's slurmctld is the host's (bookworm): its slurmd pods run this series.
+GROUND_SLURM = "22.05"
+#: Suites that get -updates and -security next to the release (sid has neither).
+_STABLE_SUITES = {"bookworm", "trixie"}
+
+
+def slurmd_recipe_dir() -> Path:
+    return repo_root() / "deploy" / "images" / "slurmd"
+
+
+def host_arch() -> str:
+    """This machine's architecture as OCI names it (amd64, arm64, ...)."""
+    machine = platform.machine().lower()
+    return {
+        "x86_64": "amd64",
+        "aarch64": "arm64",
+        "armv7l": "arm",
+        "ppc64le": "ppc64le",
+        "s390x": "s390x",
+        "riscv64": "riscv64",
+    }.get(machine, machine)
 
 
 @dataclass(frozen=True)
@@ -43,12 +86,29 @@ class ImageRecipe:
         return f"{self.name}:{self.digest()}"
 
 
-def slurmd_recipe() -> ImageRecipe:
-    recipe_dir = repo_root() / "deploy" / "images" / "slurmd"
+def suite_for(series: str) -> str:
+    try:
+        return SLURM_SUITES[series]
+    except KeyError:
+        known = ", ".join(f"{s} ({suite})" for s, suite in SLURM_SUITES.items())
+        raise ProvingGroundError(
+            f"no Debian suite packages Slurm {series}; known: {known}"
+        ) from None
+
+
+def base_reference(suite: str) -> str:
+    """The local Debian base the offline build uses for ``suite``."""
+    return f"localhost/debian:{suite}"
+
+
+def slurmd_recipe(series: str = GROUND_SLURM, base: str | None = None) -> ImageRecipe:
+    """The slurmd image of one Slurm series; ``base`` defaults to the local debootstrap base."""
+    suite = suite_for(series)
+    recipe_dir = slurmd_recipe_dir()
     return ImageRecipe(
         SLURMD_IMAGE,
-        (recipe_dir / "packages.txt", recipe_dir / "entrypoint.sh"),
-        "bookworm",
+        tuple(recipe_dir / name for name in ("Containerfile", "entrypoint.sh", "packages.txt")),
+        f"slurm={series} suite={suite} base={base or base_reference(suite)}",
     )
 
 
@@ -61,28 +121,29 @@ def _packages(path: Path) -> list[str]:
     return [line for line in lines if line]
 
 
-def debootstrap(root: Path, packages_file: Path) -> None:
-    """A minimal Debian bookworm root at ``root`` with the packages listed in ``packages_file``."""
-    packages = ",".join(_packages(packages_file))
-    log.info("debootstrap bookworm with %s (about a minute)", packages)
+def debootstrap(root: Path, packages_file: Path | None, suite: str = "bookworm") -> None:
+    """A minimal Debian root of ``suite`` at ``root``, with the packages listed in
+    ``packages_file`` if given. debootstrap never reads the host's apt sources."""
+    command = ["debootstrap", "--variant=minbase", f"--arch={_dpkg_arch()}"]
+    if packages_file is not None:
+        command.append(f"--include={','.join(_packages(packages_file))}")
+    log.info("debootstrap %s (about a minute)", suite)
     started = time.monotonic()
-    run(
-        [
-            "debootstrap",
-            "--variant=minbase",
-            f"--include={packages}",
-            "bookworm",
-            str(root),
-            DEBIAN_MIRROR,
-        ],
-        timeout_s=1200,
-    )
-    log.info("debootstrap done in %.0fs", time.monotonic() - started)
+    run([*command, suite, str(root), DEBIAN_MIRROR], timeout_s=1200)
+    log.info("debootstrap %s done in %.0fs", suite, time.monotonic() - started)
+
+
+def _dpkg_arch() -> str:
+    return run(["dpkg", "--print-architecture"]).stdout.strip()
 
 
 def drop_apt_caches(root: Path) -> None:
     for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
         shutil.rmtree(root / junk, ignore_errors=True)
+    (root / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
+    (root / "var/lib/apt/lists/partial").mkdir(parents=True, exist_ok=True)
+    for cache in (root / "var/cache/apt").glob("*.bin"):
+        cache.unlink()
 
 
 def _layer_from_tree(root: Path, out: Path) -> None:
@@ -107,7 +168,7 @@ def _write_docker_archive(
             layer_digest.update(chunk)
     diff_id = "sha256:" + layer_digest.hexdigest()
     image_config = {
-        "architecture": "amd64",
+        "architecture": host_arch(),
         "os": "linux",
         "config": config,
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
@@ -128,24 +189,152 @@ def _write_docker_archive(
         tar.add(str(layer), arcname=layer_name)
 
 
-def _build_slurmd_archive(layout: Layout, recipe: ImageRecipe, out: Path) -> None:
-    recipe_dir = repo_root() / "deploy" / "images" / "slurmd"
-    with tempfile.TemporaryDirectory(prefix="skb-rootfs-", dir=layout.images) as tmp:
+def _podman_has(reference: str) -> bool:
+    return run(["podman", "image", "exists", reference], check=False).returncode == 0
+
+
+def _sources_list(suite: str) -> str:
+    lines = [f"deb {DEBIAN_MIRROR} {suite} main"]
+    if suite in _STABLE_SUITES:
+        lines.append(f"deb {DEBIAN_MIRROR} {suite}-updates main")
+        lines.append(f"deb {DEBIAN_SECURITY_MIRROR} {suite}-security main")
+    return "\n".join(lines) + "\n"
+
+
+def ensure_base(suite: str, scratch: Path) -> str:
+    """``localhost/debian:<suite>`` in containers-storage (podman's and buildah's), made from a
+    debootstrap root unless it is there already; returns its reference."""
+    reference = base_reference(suite)
+    if _podman_has(reference):
+        return reference
+    with tempfile.TemporaryDirectory(prefix=f"skb-{suite}-", dir=scratch) as tmp:
         root = Path(tmp) / "root"
-        debootstrap(root, recipe_dir / "packages.txt")
+        debootstrap(root, None, suite)
         drop_apt_caches(root)
-        (root / "var/spool/slurmd").mkdir(parents=True, exist_ok=True)
-        entry = root / "usr/local/bin/slurmd-entrypoint"
-        shutil.copy(recipe_dir / "entrypoint.sh", entry)
-        entry.chmod(0o755)
-        layer = Path(tmp) / "layer.tar"
-        _layer_from_tree(root, layer)
-        config: dict[str, object] = {
-            "Entrypoint": ["/usr/local/bin/slurmd-entrypoint"],
-            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
-            "Labels": {"io.slurm-k8s-bridge.recipe": recipe.digest()},
-        }
-        _write_docker_archive(layer, [recipe.reference(), f"{recipe.name}:dev"], config, out)
+        # The image's own sources, like Debian's official images; the host's are never touched.
+        (root / "etc/apt/sources.list").write_text(_sources_list(suite))
+        # The runtime mounts /dev, /proc and /sys; debootstrap's device nodes do not belong in a
+        # layer.
+        for directory in ("dev", "proc", "sys"):
+            for entry in (root / directory).iterdir():
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+        container = run(["buildah", "from", "scratch"]).stdout.strip()
+        try:
+            mount = run(["buildah", "mount", container]).stdout.strip()
+            run(
+                [
+                    "sh",
+                    "-c",
+                    'tar --numeric-owner -C "$1" -cf - . | tar --numeric-owner -C "$2" -xpf -',
+                    "copy-tree",
+                    str(root),
+                    mount,
+                ],
+                timeout_s=600,
+            )
+            run(["buildah", "umount", container])
+            run(
+                [
+                    "buildah",
+                    "config",
+                    f"--arch={host_arch()}",
+                    "--os=linux",
+                    "--env=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                    "--cmd=/bin/bash",
+                    f"--label=io.slurm-k8s-bridge.base=debootstrap --variant=minbase {suite}",
+                    container,
+                ]
+            )
+            run(["buildah", "commit", "--quiet", "--rm", container, reference], timeout_s=600)
+        except BaseException:
+            run(["buildah", "rm", container], check=False)
+            raise
+    log.info("base image %s committed", reference)
+    return reference
+
+
+def build_slurmd_image(layout: Layout, series: str = GROUND_SLURM, base: str | None = None) -> str:
+    """The slurmd image of ``series`` in containers-storage, built from the Containerfile unless
+    an image of the same recipe is there; returns ``localhost/slurm-k8s-bridge/slurmd:<digest>``.
+
+    ``base`` None: the offline path (a local debootstrap base, nothing pulled). Otherwise the
+    base is pulled if missing, as a site with a registry would.
+    """
+    recipe = slurmd_recipe(series, base)
+    reference = recipe.reference()
+    if _podman_has(reference):
+        return reference
+    layout.images.mkdir(parents=True, exist_ok=True)
+    suite = suite_for(series)
+    offline = base is None
+    base = base or ensure_base(suite, layout.images)
+    log.info("building %s (Slurm %s on %s)", reference, series, base)
+    started = time.monotonic()
+    run(
+        [
+            "buildah",
+            "bud",
+            "--layers",
+            # The RUN step needs deb.debian.org only: the host's network, no CNI setup.
+            "--network=host",
+            f"--pull={'never' if offline else 'missing'}",
+            f"--build-arg=SLURM={series}",
+            f"--build-arg=SUITE={suite}",
+            f"--build-arg=BASE={base}",
+            f"--label=io.slurm-k8s-bridge.recipe={recipe.digest()}",
+            "--file",
+            str(slurmd_recipe_dir() / "Containerfile"),
+            "--tag",
+            reference,
+            str(slurmd_recipe_dir()),
+        ],
+        timeout_s=1800,
+    )
+    log.info("built %s in %.0fs", reference, time.monotonic() - started)
+    return reference
+
+
+def slurmd_version(reference: str) -> str:
+    """What ``slurmd -V`` prints inside the image, e.g. ``slurm-wlm 22.05.8``."""
+    result = run(
+        [
+            "podman",
+            "run",
+            "--rm",
+            "--network=none",
+            "--entrypoint=/usr/sbin/slurmd",
+            reference,
+            "-V",
+        ],
+        timeout_s=120,
+    )
+    return result.stdout.strip()
+
+
+def slurm_release(version_line: str) -> str:
+    """``slurm-wlm 24.11.5`` -> ``24.11.5``."""
+    found = re.search(r"\b(\d+\.\d+\.\d+)\b", version_line)
+    if not found:
+        raise ProvingGroundError(f"no Slurm version in {version_line!r}")
+    return found.group(1)
+
+
+def _save(reference: str, out: Path) -> None:
+    out.unlink(missing_ok=True)
+    run(
+        ["podman", "save", "--format", "docker-archive", "--output", str(out), reference],
+        timeout_s=900,
+    )
+
+
+def _build_slurmd_archive(layout: Layout, recipe: ImageRecipe, out: Path) -> None:
+    reference = build_slurmd_image(layout, GROUND_SLURM)
+    if reference != recipe.reference():
+        raise ProvingGroundError(f"built {reference}, expected {recipe.reference()}")
+    _save(reference, out)
 
 
 def _build_pause_archive(layout: Layout, recipe: ImageRecipe, out: Path) -> None:
@@ -161,23 +350,31 @@ def ensure_archives(layout: Layout) -> dict[str, Path]:
     layout.images.mkdir(parents=True, exist_ok=True)
     result: dict[str, Path] = {}
     for recipe, builder in (
-        (slurmd_recipe(), _build_slurmd_archive),
+        (slurmd_recipe(GROUND_SLURM), _build_slurmd_archive),
         (pause_recipe(), _build_pause_archive),
     ):
-        archive = layout.images / f"{recipe.name.rsplit('/', 1)[1]}-{recipe.digest()}.tar"
+        prefix = recipe.name.rsplit("/", 1)[1]
+        archive = layout.images / f"{prefix}-{recipe.digest()}.tar"
         if not archive.exists():
             log.info("building image %s", recipe.reference())
             partial = archive.with_suffix(".partial")
             builder(layout, recipe, partial)
             partial.replace(archive)
+            for stale in layout.images.glob(f"{prefix}-*.tar"):
+                if stale != archive:
+                    stale.unlink()
         result[recipe.reference()] = archive
     return result
 
 
 def import_images(layout: Layout, ctr: list[str]) -> None:
-    """Import each archive into containerd's k8s.io namespace unless it is there already."""
+    """Import each archive into containerd's k8s.io namespace unless it is there already, and
+    point ``slurmd:dev`` (what the ground's bridge config names) at the current slurmd build."""
     listed = run([*ctr, "-n", "k8s.io", "images", "ls", "-q"]).stdout.split()
+    slurmd = ""
     for reference, archive in ensure_archives(layout).items():
+        if reference.startswith(f"{SLURMD_IMAGE}:"):
+            slurmd = reference
         if reference in listed:
             continue
         log.info("importing %s into containerd", reference)
@@ -186,3 +383,82 @@ def import_images(layout: Layout, ctr: list[str]) -> None:
         )
         if result.returncode != 0:
             raise ProvingGroundError(f"ctr import {archive} failed: {result.stderr.strip()}")
+    run([*ctr, "-n", "k8s.io", "images", "tag", "--force", slurmd, SLURMD_IMAGE_DEV])
+    stale = [
+        ref
+        for ref in listed
+        if re.fullmatch(re.escape(SLURMD_IMAGE) + r":[0-9a-f]{12}", ref) and ref != slurmd
+    ]
+    if stale:
+        # Each build is ~150 MB; running containers keep their snapshots regardless.
+        run([*ctr, "-n", "k8s.io", "images", "rm", *stale], check=False)
+
+
+def _bridge_version() -> str:
+    with (repo_root() / "pyproject.toml").open("rb") as f:
+        version: str = tomllib.load(f)["project"]["version"]
+    return version
+
+
+def make_image(
+    layout: Layout, series: str, registry: str = "", push: bool = False, base: str | None = None
+) -> list[str]:
+    """``make image``: build the series' image, tag it ``<repo>:<series>-<bridge version>`` and
+    ``<repo>:<series>`` (repo: ``$REGISTRY/slurmd`` or ``localhost/slurm-k8s-bridge/slurmd``),
+    push those with ``push``; returns the tags."""
+    if push and not registry:
+        raise ProvingGroundError("PUSH=1 needs REGISTRY=host[:port]/path to push to")
+    started = time.monotonic()
+    reference = build_slurmd_image(layout, series, base)
+    version_line = slurmd_version(reference)
+    if slurm_release(version_line).rsplit(".", 1)[0] != series:
+        raise ProvingGroundError(f"{reference} runs {version_line!r}, not Slurm {series}")
+    repository = f"{registry.rstrip('/')}/slurmd" if registry else SLURMD_IMAGE
+    tags = [f"{repository}:{series}-{_bridge_version()}", f"{repository}:{series}"]
+    run(["podman", "tag", reference, *tags])
+    for tag in tags if push else ():
+        log.info("pushing %s", tag)
+        run(["podman", "push", tag], timeout_s=1800)
+    print(f"{reference}: {version_line} ({time.monotonic() - started:.0f}s)")
+    for tag in tags:
+        print(f"  {'pushed' if push else 'tagged'} {tag}")
+    return tags
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m proving_ground.images --slurm 24.11 [--registry R] [--push] [--base B]``
+    from deploy/local (what ``make image`` runs)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m proving_ground.images",
+        description="Build the slurmd image of a Slurm series from "
+        "deploy/images/slurmd/Containerfile with buildah (root).",
+    )
+    parser.add_argument(
+        "--slurm", default=GROUND_SLURM, choices=sorted(SLURM_SUITES), help="Slurm series"
+    )
+    parser.add_argument(
+        "--registry", default="", help="tag REGISTRY/slurmd:<series>-<version> (host/path)"
+    )
+    parser.add_argument("--push", action="store_true", help="podman push the tags")
+    parser.add_argument(
+        "--base",
+        default=None,
+        help="base image to pull, e.g. docker.io/library/debian:trixie-slim "
+        "(default: a local debootstrap base, nothing pulled)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log every step")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        make_image(Layout.default(), args.slurm, args.registry, args.push, args.base)
+    except ProvingGroundError as e:
+        print(f"make image: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
