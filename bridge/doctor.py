@@ -117,10 +117,39 @@ def check_rbac(missing: Sequence[str], namespace: str, who: str) -> Check:
     return Check(Status.PASS, "rbac", f"{who} may {wanted} in namespace {namespace}")
 
 
-def check_object(kind: str, name: str, namespace: str, exists: bool | None, fix: str) -> Check:
-    """A Secret or Service the pods need; ``exists`` None: the credentials may not read it."""
+def readable_names(rules: Sequence[Mapping[str, Any]], resource: str) -> list[str]:
+    """The names of ``resource`` the rules allow to ``get`` when they allow only named ones
+    (``resourceNames``); empty when they allow none, or any name."""
+    names: list[str] = []
+    for rule in rules:
+        if rule_allows(rule, "get", resource):
+            return []
+        if rule_allows({**rule, "resourceNames": []}, "get", resource):
+            names += [n for n in rule.get("resourceNames") or [] if n not in names]
+    return names
+
+
+def check_object(
+    kind: str,
+    name: str,
+    namespace: str,
+    exists: bool | None,
+    fix: str,
+    *,
+    readable: Sequence[str] = (),
+) -> Check:
+    """A Secret or Service the pods need. ``exists`` None: the credentials may not read it;
+    ``readable``: the names of that kind they may read (the Role names them)."""
     what = f"{kind} {name}"
     check = f"{kind.lower()} {name}"
+    if exists is None and readable:
+        return Check(
+            Status.FAIL,
+            check,
+            f"{what} is not one these credentials may read in namespace {namespace} (their "
+            f"Role names only {', '.join(readable)}): the configuration and the Role disagree",
+            f"fix the name in the configuration, or the Role's resourceNames ({RBAC_FIX})",
+        )
     if exists is None:
         return Check(
             Status.WARN,
@@ -128,7 +157,7 @@ def check_object(kind: str, name: str, namespace: str, exists: bool | None, fix:
             f"cannot tell whether {what} exists in namespace {namespace}: "
             f"these credentials may not get {kind.lower()}s named {name}",
             f"check with kubectl -n {namespace} get {kind.lower()} {name}, or allow get on it "
-            f"({RBAC_FIX}); if the name is wrong, fix the configuration",
+            f"({RBAC_FIX})",
         )
     if not exists:
         return Check(Status.FAIL, check, f"{what} not found in namespace {namespace}", fix)
@@ -428,6 +457,7 @@ def _kubernetes_checks(config: BridgeConfig) -> list[Check]:
                 _exists(pods.secret_exists, secret),
                 f"create it from the site's munge key: kubectl -n {k.namespace} create secret "
                 f"generic {secret} --from-file=munge.key=/etc/munge/munge.key",
+                readable=readable_names(rules, "secrets"),
             )
         )
         if k.node_service:
@@ -439,6 +469,7 @@ def _kubernetes_checks(config: BridgeConfig) -> list[Check]:
                     _exists(pods.service_exists, k.node_service),
                     "apply deploy/kustomize/base/node-service.yaml, or set "
                     'kubernetes.node_service: ""',
+                    readable=readable_names(rules, "services"),
                 )
             )
         checks.append(_route(pods))

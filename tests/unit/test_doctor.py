@@ -320,3 +320,36 @@ def test_doctor_with_a_broken_config_fails_naming_it(
     out = capsys.readouterr().out
     assert out.startswith(f"FAIL  config: {path}")
     assert "doctor: 1 fail" in out
+
+
+SECRET_RULE = {
+    "verbs": ["get"],
+    "apiGroups": [""],
+    "resources": ["secrets"],
+    "resourceNames": ["slurm-munge-key"],
+}
+
+
+@pytest.mark.parametrize(
+    ("rules", "names"),
+    [
+        ([POD_RULE, SECRET_RULE], ["slurm-munge-key"]),
+        ([POD_RULE], []),
+        ([SECRET_RULE, {**SECRET_RULE, "resourceNames": []}], []),  # any name: no list
+        (
+            [SECRET_RULE, {**SECRET_RULE, "resourceNames": ["b", "slurm-munge-key"]}],
+            ["slurm-munge-key", "b"],
+        ),
+    ],
+)
+def test_readable_names(rules: list[Mapping[str, Any]], names: list[str]) -> None:
+    assert doctor.readable_names(rules, "secrets") == names
+
+
+def test_a_secret_the_role_does_not_name_fails_naming_both() -> None:
+    check = doctor.check_object(
+        "Secret", "other-key", "slurm", None, "create it", readable=["slurm-munge-key"]
+    )
+    assert check.status is Status.FAIL
+    assert "Secret other-key is not one these credentials may read" in check.cause
+    assert "slurm-munge-key" in check.cause
