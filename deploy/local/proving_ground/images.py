@@ -213,6 +213,12 @@ def ensure_base(suite: str, scratch: Path) -> str:
         drop_apt_caches(root)
         # The image's own sources, like Debian's official images; the host's are never touched.
         (root / "etc/apt/sources.list").write_text(_sources_list(suite))
+        if suite not in _STABLE_SUITES:
+            # Unstable's Release file is valid for a week only: a mirror that serves an older
+            # snapshot (as this workplace's does) is refused by apt-get update, not by debootstrap.
+            (root / "etc/apt/apt.conf.d/99slurm-k8s-bridge-snapshot").write_text(
+                'Acquire::Check-Valid-Until "false";\n'
+            )
         # The runtime mounts /dev, /proc and /sys; debootstrap's device nodes do not belong in a
         # layer.
         for directory in ("dev", "proc", "sys"):
