@@ -257,5 +257,63 @@ def _log(settings: HookSettings, message: str) -> None:
             sys.stderr.write(f"slurm-k8s-bridge-hook: cannot write {settings.log_path}: {e}\n")
 
 
+#: Settings file of the installed entry points (``slurm-k8s-bridge-resume`` and the others):
+#: slurmctld passes them no SKB_* variables. ``$SKB_HOOKS_ENV`` names another file.
+HOOKS_ENV_PATH = "/etc/slurm-k8s-bridge/hooks.env"
+HOOKS_ENV_KEYS = (
+    "SKB_SOCKET",
+    "SKB_SLURM_BIN",
+    "SKB_HOOK_LOG",
+    "SKB_TIMEOUT_S",
+    "SKB_TLS_CERT",
+    "SKB_TLS_KEY",
+    "SKB_TLS_CA",
+)
+
+
+def read_hooks_env(path: str) -> dict[str, str]:
+    """``KEY=value`` lines of a hooks.env for the keys above (as hook.sh reads them; no code
+    runs, one pair of quotes is stripped); a missing file is no settings."""
+    found: dict[str, str] = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if sep and key in HOOKS_ENV_KEYS:
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+                value = value[1:-1]
+            found[key] = value
+    return found
+
+
+def _entry(kind: str) -> int:
+    # The file wins over the environment, as in hook.sh.
+    path = os.environ.get("SKB_HOOKS_ENV") or HOOKS_ENV_PATH
+    return main([kind, *sys.argv[1:]], {**os.environ, **read_hooks_env(path)})
+
+
+def resume_entry() -> int:
+    """``slurm-k8s-bridge-resume <hostlist>``: ResumeProgram as an installed executable."""
+    return _entry("resume")
+
+
+def suspend_entry() -> int:
+    """``slurm-k8s-bridge-suspend <hostlist>``: SuspendProgram."""
+    return _entry("suspend")
+
+
+def resume_fail_entry() -> int:
+    """``slurm-k8s-bridge-resume-fail <hostlist>``: ResumeFailProgram."""
+    return _entry("resume_fail")
+
+
+def node_event_entry() -> int:
+    """``slurm-k8s-bridge-node-event <event> <hostlist>``: an strigger program."""
+    return _entry("node_event")
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -46,15 +46,44 @@ if [ -f "$skb_repo/bridge/hooks.py" ]; then
     export PYTHONPATH
 fi
 
-if [ ! -x "$SKB_PYTHON" ]; then
-    # Without Python nothing reaches the bridge; a resume must still not leave jobs waiting
-    # for ResumeTimeout.
-    echo "slurm-k8s-bridge-hook: no Python at $SKB_PYTHON" >&2
+# Without a working Python nothing reaches the bridge; a resume must still not leave jobs waiting
+# for ResumeTimeout: log a line (SKB_HOOK_LOG and stderr, as bridge.hooks does) and, for a
+# resume, set the nodes DOWN with the reason.
+skb_broken() {
+    skb_line="slurm-k8s-bridge-hook[$$] $skb_kind args='$skb_args' result=HookBroken"
+    skb_line="$skb_line error='$2' python=$SKB_PYTHON"
     if [ "$skb_kind" = resume ] && [ -n "${1:-}" ]; then
-        "${SKB_SLURM_BIN:-/usr/bin}/scontrol" update "nodename=$1" state=down \
-            "reason=k8s: HookBroken: no Python at $SKB_PYTHON"
+        if "${SKB_SLURM_BIN:-/usr/bin}/scontrol" update "nodename=$1" state=down \
+            "reason=k8s: HookBroken: $2"; then
+            skb_line="$skb_line action=scontrol-state=down"
+        else
+            skb_line="$skb_line action='scontrol update state=down failed'"
+        fi
+    else
+        skb_line="$skb_line action=none"
     fi
+    if [ -x /bin/date ]; then skb_line="$(/bin/date +%Y-%m-%dT%H:%M:%S%z) $skb_line"; fi
+    echo "$skb_line" >&2
+    skb_log=${SKB_HOOK_LOG-/var/log/slurm/slurm-k8s-bridge-hooks.log}
+    if [ -n "$skb_log" ]; then echo "$skb_line" >>"$skb_log"; fi
     exit 1
+}
+
+skb_args=$*
+if [ ! -x "$SKB_PYTHON" ]; then
+    skb_broken "${1:-}" "no Python at $SKB_PYTHON"
+fi
+# -P below needs 3.11; an older python3 (a RHEL-like host's 3.9) would exit 2 silently. One
+# extra start with -S -E (no site, no environment: a few ms) asks the version first.
+skb_version=$("$SKB_PYTHON" -S -E -c 'import sys; sys.stdout.write("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+case $skb_version in
+    [0-9]*.[0-9]*) ;;
+    *) skb_broken "${1:-}" "$SKB_PYTHON does not run" ;;
+esac
+skb_major=${skb_version%%.*}
+skb_minor=${skb_version#*.}
+if [ "$skb_major" -lt 3 ] || { [ "$skb_major" -eq 3 ] && [ "$skb_minor" -lt 11 ]; }; then
+    skb_broken "${1:-}" "Python $skb_version is older than 3.11"
 fi
 
 # -P: do not put slurmctld's working directory on sys.path; -s: no user site-packages.

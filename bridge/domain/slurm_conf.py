@@ -2,29 +2,85 @@
 
 The same pools drive the pods and these lines, so Slurm's idea of a node (CPUs, memory, features)
 and the pod that backs it cannot drift apart. The text is meant for an ``Include`` at the end of
-slurm.conf.
+an existing slurm.conf, so it is scoped to the bridge:
+
+- power-save *timing* (SuspendTime, SuspendTimeout, ResumeTimeout) sits on the bridge's
+  ``PartitionName`` lines (Slurm 21.08+), so the site's own nodes keep the site's settings;
+- the only globals written by default are the three programs (there is one of each per
+  cluster) and ``SlurmctldParameters``, which is the site's list plus what the bridge needs
+  (an ``Include``d line replaces an earlier one, so the site's entries must be carried over);
+- anything else global (PrivateData, TreeWidth, SlurmdParameters, rates, ReturnToService,
+  a default partition, a global SuspendTime) is written only when asked for.
+
+Timeouts for pods behind a cluster autoscaler: a node must register before its ResumeTimeout,
+so ``resume_timeout`` > ``schedule_timeout_s`` (autoscaler scale-up, checked here) + image pull
++ slurmd start-up and registration. With a 300 s schedule timeout, a 1-2 minute cold image pull
+and ~30 s for slurmd, 600 s leaves a margin; the bridge fails a node with Kubernetes' reason
+long before that when Kubernetes says no, so a generous ResumeTimeout costs nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from bridge.domain.pools import NodePool, PoolSet
 from bridge.errors import ConfigError
 
-#: Defaults that make cloud nodes behave (checked on Slurm 22.05 and 24.11):
-#: cloud_reg_addrs  take the node address from the registering slurmd (24.11 always does; it
-#:                  only warns that the flag is defunct);
+#: The Slurm series this renders for (Debian's bookworm, trixie and sid).
+SUPPORTED_SERIES = ("22.05", "24.11", "26.05")
+
+#: What the bridge needs in SlurmctldParameters, added to the site's own entries:
 #: enable_configless  pods run ``slurmd --conf-server`` and fetch slurm.conf from slurmctld;
-#: idle_on_node_suspend  a suspended node goes back to idle~ instead of staying down/drained;
-#: power_save_interval=5, power_save_min_interval=0  react within seconds, not a minute.
-DEFAULT_SLURMCTLD_PARAMETERS: tuple[str, ...] = (
-    "cloud_reg_addrs",
-    "enable_configless",
-    "idle_on_node_suspend",
-    "power_save_interval=5",
-    "power_save_min_interval=0",
-)
+#: idle_on_node_suspend  a suspended node goes back to idle~ instead of staying down/drained.
+REQUIRED_SLURMCTLD_PARAMETERS: tuple[str, ...] = ("enable_configless", "idle_on_node_suspend")
+#: Before 23.02 slurmctld takes a cloud node's address from its registration only with this;
+#: 23.02+ always does and logs the flag as defunct.
+CLOUD_REG_ADDRS = "cloud_reg_addrs"
+
+#: Globals whose value is a comma-separated list: merged with the site's, compared as sets.
+LIST_GLOBALS = frozenset({"SlurmctldParameters", "SlurmdParameters", "PrivateData", "GresTypes"})
+#: The globals a default render writes (GresTypes too when a pool has Gres).
+DEFAULT_GLOBALS = ("ResumeProgram", "SuspendProgram", "ResumeFailProgram", "SlurmctldParameters")
+
+
+def series_of(version: str) -> str:
+    """``"22.05"`` from ``22.05``, ``22.05.8`` or ``slurm-wlm 22.05.8``; refuses other series."""
+    found = re.search(r"(\d+)\.(\d+)", version)
+    if not found:
+        raise ConfigError(f"slurm_version: no version in {version!r}")
+    series = f"{int(found.group(1))}.{int(found.group(2)):02d}"
+    if series not in SUPPORTED_SERIES:
+        raise ConfigError(
+            f"slurm_version: {series} is not supported (supported: {', '.join(SUPPORTED_SERIES)})"
+        )
+    return series
+
+
+def _at_least(series: str, major: int, minor: int) -> bool:
+    a, b = series.split(".")
+    return (int(a), int(b)) >= (major, minor)
+
+
+def split_list(value: str | Sequence[str] | None) -> tuple[str, ...]:
+    """Entries of a comma-separated slurm.conf value; ``(null)`` and blanks are none."""
+    if value is None:
+        return ()
+    words = value.split(",") if isinstance(value, str) else list(value)
+    return tuple(w.strip() for w in words if w.strip() and w.strip() != "(null)")
+
+
+def merge_list(site: Iterable[str], ours: Iterable[str]) -> tuple[str, ...]:
+    """The site's entries in its order, then ours it lacks; for ``key=value`` the site's wins."""
+    merged = list(site)
+    keys = {w.split("=", 1)[0].lower() for w in merged}
+    for word in ours:
+        key = word.split("=", 1)[0].lower()
+        if key not in keys:
+            merged.append(word)
+            keys.add(key)
+    return tuple(merged)
 
 
 def _program(name: str, path: str) -> str:
@@ -59,36 +115,56 @@ def render_slurm_conf(
     resume_program: str,
     suspend_program: str,
     resume_fail_program: str,
+    slurm_version: str = "24.11",
+    site_slurmctld_parameters: Sequence[str] = (),
     suspend_time: int = 300,
     suspend_timeout: int = 30,
     resume_timeout: int = 600,
-    resume_rate: int = 0,
-    suspend_rate: int = 0,
-    slurmctld_parameters: Sequence[str] = DEFAULT_SLURMCTLD_PARAMETERS,
-    config_overrides: bool = True,
+    global_timeouts: bool = False,
+    global_suspend_time_infinite: bool = False,
+    resume_rate: int | None = None,
+    suspend_rate: int | None = None,
+    config_overrides: bool = False,
+    site_slurmd_parameters: Sequence[str] = (),
+    private_data_cloud: bool = False,
+    site_private_data: Sequence[str] = (),
+    tree_width: int | None = None,
+    site_gres_types: Sequence[str] = (),
     default_partition: str | None = None,
     return_to_service: int | None = None,
     source: str = "the bridge configuration",
 ) -> str:
     """The slurm.conf text for ``pools`` with power saving wired to the bridge's hooks.
 
-    Times are seconds. ``resume_rate``/``suspend_rate`` 0 mean unlimited: the bridge paces pod
-    creation itself and Slurm batches more nodes per hook call. ``default_partition`` None marks
-    the first partition ``Default=YES``. ``return_to_service`` None leaves ReturnToService to
-    slurm.conf. ``config_overrides`` makes Slurm trust the configured CPUs/RealMemory: slurmd in
-    a pod sees the host's hardware, not the pod's limits.
+    Times are seconds and go on the bridge's partitions. ``site_*`` are the site's current
+    values of list-valued globals (from ``scontrol show config`` or the user): a written global
+    is the site's list plus ours, never a replacement. Optional globals, each written only when
+    set: ``global_timeouts`` (the three times globally as well: every node of the cluster),
+    ``global_suspend_time_infinite`` (``SuspendTime=INFINITE``: no node outside the bridge's
+    partitions is powered down), ``resume_rate``/``suspend_rate`` (0: unlimited),
+    ``config_overrides`` (Slurm trusts the configured CPUs/RealMemory: slurmd in a pod sees
+    the host's hardware, not the pod's limits), ``private_data_cloud`` (22.05 only: it hides
+    CLOUD nodes from sinfo/scontrol, the bridge's included, without it), ``tree_width``,
+    ``default_partition`` (``Default=YES`` on that bridge partition), ``return_to_service``.
     """
+    series = series_of(slurm_version)
     if not pools.pools:
         raise ConfigError("pools: no pools to render")
     partitions = pools.partitions()
-    if default_partition is None:
-        default_partition = next(iter(partitions))
-    elif default_partition not in partitions:
+    if default_partition is not None and default_partition not in partitions:
         raise ConfigError(
             f"default_partition: {default_partition!r} is none of {', '.join(partitions)}"
         )
-    if return_to_service is not None and return_to_service not in (0, 1, 2):
-        raise ConfigError(f"return_to_service: must be 0, 1 or 2, got {return_to_service!r}")
+    if private_data_cloud and _at_least(series, 23, 2):
+        raise ConfigError(
+            f"private_data_cloud: PrivateData=cloud is not a value Slurm {series} knows "
+            "(it shows CLOUD nodes anyway); only 22.05 needs it"
+        )
+    timing = {
+        "SuspendTime": _seconds("suspend_time", suspend_time, 1),
+        "SuspendTimeout": _seconds("suspend_timeout", suspend_timeout, 1),
+        "ResumeTimeout": _seconds("resume_timeout", resume_timeout, 1),
+    }
     for pool in pools:
         # At ResumeTimeout Slurm fails the node itself, with a reason that says nothing; the
         # bridge's own verdict (with Kubernetes' reason) has to come first.
@@ -98,45 +174,144 @@ def render_slurm_conf(
                 f"shorter than resume_timeout {resume_timeout}, or Slurm gives up first"
             )
 
-    lines = [
-        f"# Generated by slurm-k8s-bridge from {source}. Do not edit: change the bridge",
-        "# configuration and render again, so Slurm's nodes and the bridge's pods agree.",
-        "# Include it at the end of slurm.conf. Its SlurmctldParameters line replaces any",
-        "# earlier one: give your own parameters to the renderer, not to slurm.conf.",
-        "",
-        "# Power saving: Slurm wakes and suspends nodes through the bridge's hooks.",
-        f"ResumeProgram={_program('resume_program', resume_program)}",
-        f"SuspendProgram={_program('suspend_program', suspend_program)}",
-        f"ResumeFailProgram={_program('resume_fail_program', resume_fail_program)}",
-        f"SuspendTime={_seconds('suspend_time', suspend_time, 1)}",
-        f"SuspendTimeout={_seconds('suspend_timeout', suspend_timeout, 1)}",
-        f"ResumeTimeout={_seconds('resume_timeout', resume_timeout, 1)}",
-        f"ResumeRate={_seconds('resume_rate', resume_rate)}",
-        f"SuspendRate={_seconds('suspend_rate', suspend_rate)}",
-    ]
-    if slurmctld_parameters:
-        lines.append("SlurmctldParameters=" + ",".join(slurmctld_parameters))
-    if config_overrides:
-        lines.append("SlurmdParameters=config_overrides")
-    lines += [
-        # 22.05 hides CLOUD nodes from sinfo/scontrol without it.
-        "PrivateData=cloud",
-        # Pods cannot forward messages for each other: slurmctld talks to every node itself.
-        "TreeWidth=65533",
-    ]
-    if return_to_service is not None:
-        lines.append(f"ReturnToService={return_to_service}")
+    ours = list(REQUIRED_SLURMCTLD_PARAMETERS)
+    if not _at_least(series, 23, 2):
+        ours.insert(0, CLOUD_REG_ADDRS)
+    site_params = split_list(site_slurmctld_parameters)
+    if _at_least(series, 23, 2):  # 23.02+ logs it as an error: drop it from the site's too
+        site_params = tuple(w for w in site_params if w.lower() != CLOUD_REG_ADDRS)
+    globals_: dict[str, str] = {
+        "ResumeProgram": _program("resume_program", resume_program),
+        "SuspendProgram": _program("suspend_program", suspend_program),
+        "ResumeFailProgram": _program("resume_fail_program", resume_fail_program),
+        "SlurmctldParameters": ",".join(merge_list(site_params, ours)),
+    }
+    globals_.update(
+        _optional_globals(
+            timing if global_timeouts else {},
+            global_suspend_time_infinite=global_suspend_time_infinite,
+            resume_rate=resume_rate,
+            suspend_rate=suspend_rate,
+            slurmd_parameters=(
+                merge_list(split_list(site_slurmd_parameters), ["config_overrides"])
+                if config_overrides
+                else ()
+            ),
+            private_data=(
+                merge_list(split_list(site_private_data), ["cloud"]) if private_data_cloud else ()
+            ),
+            tree_width=tree_width,
+            return_to_service=return_to_service,
+        )
+    )
     gres_types = sorted({word.split(":", 1)[0] for pool in pools for word in pool.gres})
     if gres_types:
-        lines.append("GresTypes=" + ",".join(gres_types))
+        globals_["GresTypes"] = ",".join(merge_list(split_list(site_gres_types), gres_types))
 
+    lines = [
+        f"# Generated by slurm-k8s-bridge from {source} for Slurm {series}. Do not edit:",
+        "# change the bridge configuration and render again, so Slurm's nodes and the bridge's",
+        "# pods agree. Include it at the end of slurm.conf. The globals below are all it sets;",
+        "# SlurmctldParameters is the site's list plus the bridge's entries, so it replaces the",
+        "# site's line without losing any of it. `render-slurm-conf --check` lists the changes.",
+        "",
+        "# Globals: Slurm wakes and suspends nodes through the bridge's hooks.",
+    ]
+    lines += [f"{key}={value}" for key, value in globals_.items()]
     lines += ["", "# Nodes: each exists only while its pod runs."]
     lines += [node_line(pool) for pool in pools]
-    lines += ["", "# Partitions"]
+    lines += ["", "# Partitions: power-save timing for the bridge's nodes only."]
     for name, members in partitions.items():
         words = [f"PartitionName={name}", "Nodes=" + ",".join(pool.nodes for pool in members)]
         if name == default_partition:
             words.append("Default=YES")
         words += ["MaxTime=INFINITE", "State=UP"]
+        words += [f"{key}={value}" for key, value in timing.items()]
         lines.append(" ".join(words))
     return "\n".join(lines) + "\n"
+
+
+def _optional_globals(
+    timing: Mapping[str, int],
+    *,
+    global_suspend_time_infinite: bool,
+    resume_rate: int | None,
+    suspend_rate: int | None,
+    slurmd_parameters: Sequence[str],
+    private_data: Sequence[str],
+    tree_width: int | None,
+    return_to_service: int | None,
+) -> dict[str, str]:
+    """The globals a render writes only when asked for, in the order they are written."""
+    found = {key: str(value) for key, value in timing.items()}
+    if global_suspend_time_infinite:
+        if timing:
+            raise ConfigError("global_suspend_time_infinite and global_timeouts exclude each other")
+        found["SuspendTime"] = "INFINITE"
+    if resume_rate is not None:
+        found["ResumeRate"] = str(_seconds("resume_rate", resume_rate))
+    if suspend_rate is not None:
+        found["SuspendRate"] = str(_seconds("suspend_rate", suspend_rate))
+    if slurmd_parameters:
+        found["SlurmdParameters"] = ",".join(slurmd_parameters)
+    if private_data:
+        found["PrivateData"] = ",".join(private_data)
+    if tree_width is not None:
+        found["TreeWidth"] = str(_seconds("tree_width", tree_width, 1))
+    if return_to_service is not None:
+        if return_to_service not in (0, 1, 2):
+            raise ConfigError(f"return_to_service: must be 0, 1 or 2, got {return_to_service!r}")
+        found["ReturnToService"] = str(return_to_service)
+    return found
+
+
+def rendered_globals(text: str) -> dict[str, str]:
+    """The global ``Key=value`` lines of a render (not NodeName/PartitionName, not comments)."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        if key in ("NodeName", "PartitionName"):
+            continue
+        found[key] = value
+    return found
+
+
+_UNITS = re.compile(r"^(-?\d+) (?:sec|min|nodes/min|percent|usec)$")
+
+
+def _normal(key: str, value: str | None) -> str | frozenset[str]:
+    if value is None or value in ("(null)", ""):
+        value = ""
+    if key in LIST_GLOBALS:
+        return frozenset(w.lower() for w in split_list(value))
+    unit = _UNITS.match(value)
+    if unit:
+        value = unit.group(1)
+    if key == "SuspendTime" and value in ("", "NONE", "INFINITE", "-1"):
+        return "INFINITE"
+    return value
+
+
+@dataclass(frozen=True)
+class GlobalChange:
+    """One global the render would change: its live value and the rendered one."""
+
+    key: str
+    live: str  # "" when the live config does not set it
+    rendered: str
+
+
+def diff_globals(rendered: Mapping[str, str], live: Mapping[str, str]) -> list[GlobalChange]:
+    """The rendered globals whose value differs from the live config's, in render order.
+
+    List-valued globals compare as sets (order and case do not matter to Slurm); units that
+    ``scontrol show config`` appends (``sec``, ``nodes/min``) are ignored.
+    """
+    changes = []
+    for key, value in rendered.items():
+        now = live.get(key)
+        if _normal(key, now) != _normal(key, value):
+            changes.append(GlobalChange(key, "" if now in (None, "(null)") else str(now), value))
+    return changes

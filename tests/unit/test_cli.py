@@ -13,6 +13,7 @@ from bridge.domain.results import NodeStatus
 
 SUBCOMMANDS = [
     "serve",
+    "doctor",
     "resume",
     "suspend",
     "resume-fail",
@@ -157,3 +158,156 @@ def test_check_config_names_the_bad_line(
 def test_check_config_of_a_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check-config", "-c", str(tmp_path / "nope.yaml")]) == 1
     assert "nope.yaml" in capsys.readouterr().err
+
+
+# --- render-slurm-conf -----------------------------------------------------------------------
+
+SHOW_CONFIG = """\
+Configuration data as of 2026-12-03T08:30:42
+GresTypes               = (null)
+PrivateData             = jobs,usage
+ResumeProgram           = (null)
+SlurmctldParameters     = enable_configless,max_dbd_msg_action=discard
+SLURM_VERSION           = {version}
+TreeWidth               = 50
+"""
+
+
+def fake_slurm(tmp_path: Path, version: str = "24.11.5", fail: bool = False) -> Path:
+    """A config whose slurm.bin_dir holds a fake scontrol answering `show config`/`--version`."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "show-config").write_text(SHOW_CONFIG.format(version=version))
+    scontrol = bin_dir / "scontrol"
+    body = (
+        "echo 'slurm_load_ctl_conf error: Unable to contact slurm controller' >&2; exit 1\n"
+        if fail
+        else f'[ "$1" = --version ] && {{ echo "slurm {version}"; exit 0; }}\n'
+        f"cat {tmp_path / 'show-config'}\n"
+    )
+    scontrol.write_text("#!/bin/sh\n" + body)
+    scontrol.chmod(0o755)
+    path = tmp_path / "bridge.yaml"
+    path.write_text(CONFIG.replace("slurm:\n", f"slurm:\n  bin_dir: {bin_dir}\n"))
+    return path
+
+
+def hooks_dir(tmp_path: Path, mode: int = 0o755, missing: str = "") -> Path:
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    for name in ("resume", "suspend", "resume_fail"):
+        if name != missing:
+            (hooks / name).write_text("#!/bin/sh\n")
+            (hooks / name).chmod(mode)
+    return hooks
+
+
+def globals_of(text: str) -> dict[str, str]:
+    from bridge.domain.slurm_conf import rendered_globals  # noqa: PLC0415
+
+    return rendered_globals(text)
+
+
+def test_render_merges_the_running_sites_parameters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = fake_slurm(tmp_path)
+    hooks = hooks_dir(tmp_path)
+    assert main(["render-slurm-conf", "-c", str(config), "--hooks-dir", str(hooks)]) == 0
+    out, err = capsys.readouterr()
+    assert globals_of(out) == {
+        "ResumeProgram": f"{hooks}/resume",
+        "SuspendProgram": f"{hooks}/suspend",
+        "ResumeFailProgram": f"{hooks}/resume_fail",
+        "SlurmctldParameters": "enable_configless,max_dbd_msg_action=discard,idle_on_node_suspend",
+    }
+    assert "for Slurm 24.11" in out
+    assert err == ""
+
+
+def test_render_for_22_05_warns_about_private_data(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = fake_slurm(tmp_path, version="22.05.8")
+    hooks = hooks_dir(tmp_path)
+    argv = ["render-slurm-conf", "-c", str(config), "--hooks-dir", str(hooks)]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "cloud_reg_addrs" in globals_of(out)["SlurmctldParameters"]
+    assert "--private-data-cloud" in err
+    assert main([*argv, "--private-data-cloud"]) == 0
+    out, err = capsys.readouterr()
+    assert globals_of(out)["PrivateData"] == "jobs,usage,cloud"  # the site's privacy kept
+    assert err == ""
+
+
+def test_render_without_a_running_slurmctld_needs_the_parameters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = fake_slurm(tmp_path, fail=True)
+    hooks = hooks_dir(tmp_path)
+    argv = ["render-slurm-conf", "-c", str(config), "--hooks-dir", str(hooks)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "Unable to contact slurm controller" in err and "--slurmctld-parameters" in err
+    assert main([*argv, "--slurmctld-parameters", "", "--slurm-version", "26.05"]) == 0
+    out = capsys.readouterr().out
+    assert globals_of(out)["SlurmctldParameters"] == "enable_configless,idle_on_node_suspend"
+
+
+@pytest.mark.parametrize(
+    ("mode", "missing", "problem"),
+    [
+        (0o755, "suspend", "suspend does not exist"),
+        (0o644, "", "resume is not executable"),
+        (0o775, "", "resume is group- or world-writable (slurmctld refuses it)"),
+    ],
+)
+def test_render_refuses_programs_slurmctld_cannot_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: int, missing: str, problem: str
+) -> None:
+    config = fake_slurm(tmp_path)
+    hooks = hooks_dir(tmp_path, mode=mode, missing=missing)
+    assert main(["render-slurm-conf", "-c", str(config), "--hooks-dir", str(hooks)]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert f"{hooks}/{problem}" in err
+
+
+def test_render_defaults_to_this_checkouts_hooks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = fake_slurm(tmp_path)
+    assert main(["render-slurm-conf", "-c", str(config)]) == 0
+    plugins = Path(__file__).resolve().parents[2] / "slurm_plugins"
+    found = globals_of(capsys.readouterr().out)
+    assert found["ResumeProgram"] == f"{plugins}/resume"
+    assert found["ResumeFailProgram"] == f"{plugins}/resume_fail"
+
+
+def test_check_names_every_global_it_would_change(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = fake_slurm(tmp_path)
+    hooks = hooks_dir(tmp_path)
+    argv = ["render-slurm-conf", "-c", str(config), "--hooks-dir", str(hooks), "--check"]
+    assert main([*argv, "--tree-width", "50"]) == 3
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        f"ResumeProgram: (not set) -> {hooks}/resume  [not listed in --allow-change]",
+        f"SuspendProgram: (not set) -> {hooks}/suspend  [not listed in --allow-change]",
+        f"ResumeFailProgram: (not set) -> {hooks}/resume_fail  [not listed in --allow-change]",
+        "SlurmctldParameters: enable_configless,max_dbd_msg_action=discard -> "
+        "enable_configless,max_dbd_msg_action=discard,idle_on_node_suspend  "
+        "[not listed in --allow-change]",
+        "render-slurm-conf --check: 4 global(s) would change; not listed: ResumeProgram, "
+        "SuspendProgram, ResumeFailProgram, SlurmctldParameters",
+    ]  # TreeWidth=50 is what runs already: not a change
+    allow = [
+        "--allow-change",
+        "ResumeProgram,SuspendProgram",
+        "--allow-change",
+        "resumefailprogram",
+    ]
+    assert main([*argv, *allow, "--allow-change", "SlurmctldParameters"]) == 0
+    assert "[not listed" not in capsys.readouterr().out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -414,3 +415,130 @@ def test_strigger_setup_registers_each_event_once(tmp_path: Path) -> None:
         ["--clear", "--id=7"],
         ["--clear", "--id=8"],
     ]
+
+
+# --- a too-old interpreter (a stub that reports 3.9) ------------------------------------------
+
+
+def _stub_python(site: Site, version: str) -> Path:
+    """A stand-in interpreter that answers every call with ``version``, as 3.9 would be asked."""
+    stub = site.root / f"python{version}"
+    stub.write_text(f"#!/bin/sh\necho {version}\nexit 0\n")
+    stub.chmod(0o755)
+    return stub
+
+
+def test_too_old_python_marks_resume_down_and_logs(site: Site) -> None:
+    stub = _stub_python(site, "3.9")
+    site.write_env(SKB_PYTHON=str(stub))
+    done = site.run("resume", "c[1-2]", resume_file="/dev/null")
+    assert done.returncode == 1
+    assert site.scontrol_calls() == [
+        "update",
+        "nodename=c[1-2]",
+        "state=down",
+        "reason=k8s: HookBroken: Python 3.9 is older than 3.11",
+    ]
+    [line] = site.log_lines()
+    assert "resume args='c[1-2]' result=HookBroken" in line
+    assert "error='Python 3.9 is older than 3.11'" in line
+    assert f"python={stub}" in line
+    assert "action=scontrol-state=down" in line
+    assert line in done.stderr
+
+
+@pytest.mark.parametrize(("name", "args"), [("suspend", ("c1",)), ("node_event", ("up", "c1"))])
+def test_too_old_python_other_hooks_only_log(site: Site, name: str, args: tuple[str, ...]) -> None:
+    site.write_env(SKB_PYTHON=str(_stub_python(site, "3.9")))
+    done = site.run(name, *args)
+    assert done.returncode == 1
+    assert site.scontrol_calls() == []
+    [line] = site.log_lines()
+    assert "Python 3.9 is older than 3.11" in line and "action=none" in line
+
+
+@pytest.mark.parametrize("version", ["3.11", "3.12", "4.0"])
+def test_new_enough_python_passes_the_check(site: Site, version: str) -> None:
+    # The stub passes the version check and is then exec'd with -P: it prints its version again
+    # and exits 0; nothing is set DOWN and nothing is logged by the shell.
+    site.write_env(SKB_PYTHON=str(_stub_python(site, version)))
+    done = site.run("resume", "c1")
+    assert done.returncode == 0
+    assert site.scontrol_calls() == []
+    assert site.log_lines() == []
+
+
+# --- the installed entry points (slurm-k8s-bridge-resume, ...) --------------------------------
+
+
+def _console_script(site: Site, function: str) -> Path:
+    """What pip writes for a [project.scripts] entry: this Python's shebang, one call."""
+    script = site.root / f"entry-{function}"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import sys\n"
+        f"from bridge.hooks import {function}\n"
+        f"sys.exit({function}())\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+def _run_entry(site: Site, script: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        "PWD": str(site.root),
+        "SHLVL": "1",
+        "SLURM_CONF": "/etc/slurm/slurm.conf",
+        "SKB_HOOKS_ENV": str(site.hooks / "hooks.env"),
+        "PYTHONPATH": str(REPO),  # where pip would have installed the package
+    }
+    return subprocess.run(
+        [str(script), *args],
+        env=env,
+        cwd=site.root,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+@pytest.mark.usefixtures("server")
+@pytest.mark.parametrize(
+    ("function", "args", "expected"),
+    [
+        ("resume_entry", ("c[1-2]",), ("resume", "c[1-2]", "")),
+        ("suspend_entry", ("c3",), ("suspend", "c3")),
+        ("resume_fail_entry", ("c4",), ("resume_failed", "c4")),
+        ("node_event_entry", ("drain", "c5"), ("node_event", "c5", "drain", "")),
+    ],
+)
+def test_entry_points_forward_the_call(
+    site: Site, fake: FakeUseCases, function: str, args: tuple[str, ...], expected: tuple[str, ...]
+) -> None:
+    done = _run_entry(site, _console_script(site, function), *args)
+    assert done.returncode == 0, done.stderr
+    [(called, call_args)] = fake.calls
+    assert (called, *call_args[:-1]) == expected
+    assert "result=ok" in site.log_lines()[0]
+
+
+def test_entry_point_without_bridge_marks_resume_down(site: Site) -> None:
+    done = _run_entry(site, _console_script(site, "resume_entry"), "c1")
+    assert done.returncode == 1
+    assert site.scontrol_calls()[:3] == ["update", "nodename=c1", "state=down"]
+    assert site.scontrol_calls()[3].startswith("reason=k8s: BridgeUnreachable: ")
+
+
+def test_read_hooks_env(tmp_path: Path) -> None:
+    path = tmp_path / "hooks.env"
+    path.write_text(
+        "# comment\nSKB_SOCKET=\"unix:/s\"\nSKB_HOOK_LOG=''\nSKB_PYTHON=/x\nPATH=/evil\n"
+        "SKB_TIMEOUT_S=3\n"
+    )
+    assert hooks.read_hooks_env(str(path)) == {
+        "SKB_SOCKET": "unix:/s",
+        "SKB_HOOK_LOG": "",
+        "SKB_TIMEOUT_S": "3",
+    }
+    assert hooks.read_hooks_env(str(tmp_path / "absent")) == {}

@@ -8,6 +8,7 @@ import os
 import secrets
 import socket
 from pathlib import Path
+from typing import Any
 
 from .layout import HOST_IP, MUNGE_SOCKET, SLURMCTLD_PORT, Layout
 from .processes import State, run, start_daemon, stop_daemon, wait_until
@@ -18,6 +19,25 @@ log = logging.getLogger(__name__)
 #: ResumeTimeout shows that failures are reported by the bridge, not by Slurm's timeout.
 SUSPEND_TIME, SUSPEND_TIMEOUT, RESUME_TIMEOUT = 20, 10, 180
 SLURMD_TIMEOUT = 30
+#: How the ground (and any whole 22.05 cluster of our own, e.g. bench/chaos.py) asks the
+#: renderer for what a site's Include must not impose: PrivateData=cloud (22.05 hides CLOUD
+#: nodes without it), power saving timed globally too, config_overrides (slurmd in a pod sees the
+#: host's hardware), TreeWidth, rates, ReturnToService; power_save_interval=5 and
+#: power_save_min_interval=0 make slurmctld react within seconds, not a minute.
+RENDER_OPTIONS: dict[str, Any] = {
+    "slurm_version": "22.05",
+    "site_slurmctld_parameters": ("power_save_interval=5", "power_save_min_interval=0"),
+    "suspend_time": SUSPEND_TIME,
+    "suspend_timeout": SUSPEND_TIMEOUT,
+    "resume_timeout": RESUME_TIMEOUT,
+    "global_timeouts": True,
+    "resume_rate": 0,
+    "suspend_rate": 0,
+    "config_overrides": True,
+    "private_data_cloud": True,
+    "tree_width": 65533,
+    "return_to_service": 2,
+}
 STRAY_NODES = "stray-[0-1]"
 
 
@@ -69,11 +89,9 @@ def render_slurm_conf(layout: Layout) -> str:
         resume_program=str(plugins / "resume"),
         suspend_program=str(plugins / "suspend"),
         resume_fail_program=str(plugins / "resume_fail"),
-        return_to_service=2,
-        suspend_time=SUSPEND_TIME,
-        suspend_timeout=SUSPEND_TIMEOUT,
-        resume_timeout=RESUME_TIMEOUT,
+        default_partition=next(iter(config.pools.partitions())),
         source=str(bridge_config_path(layout).relative_to(layout.root)),
+        **RENDER_OPTIONS,
     )
     return "\n".join(lines) + bridge_lines
 
