@@ -542,3 +542,12 @@ def test_read_hooks_env(tmp_path: Path) -> None:
         "SKB_TIMEOUT_S": "3",
     }
     assert hooks.read_hooks_env(str(tmp_path / "absent")) == {}
+
+
+def test_too_old_python_with_stderr_closed_still_logs_and_marks_down(site: Site) -> None:
+    site.write_env(SKB_PYTHON=str(_stub_python(site, "3.9")))
+    done = site.run("resume", "c1", stderr_closed=True)
+    assert done.returncode == 1
+    assert site.scontrol_calls()[3] == "reason=k8s: HookBroken: Python 3.9 is older than 3.11"
+    [line] = site.log_lines()
+    assert "action=scontrol-state=down" in line
