@@ -56,6 +56,7 @@ sys.path.insert(0, str(ROOT / "deploy" / "local"))
 from proving_ground import ground
 from proving_ground.layout import APISERVER_PORT, HOST_IP, MUNGE_SOCKET, Layout
 from proving_ground.processes import State
+from proving_ground.slurm import RENDER_OPTIONS
 
 from bridge.config import load_config
 from bridge.domain.hostlist import expand
@@ -536,11 +537,15 @@ class Harness:
                 resume_program=str(self.hooks / "resume"),
                 suspend_program=str(self.hooks / "suspend"),
                 resume_fail_program=str(self.hooks / "resume_fail"),
-                return_to_service=2,
-                suspend_time=30,
-                suspend_timeout=SUSPEND_TIMEOUT,
-                resume_timeout=self.resume_timeout,
+                default_partition="chaos",
                 source="bench/chaos.py",
+                # The proving ground's own render options (Slurm 22.05), with our timers.
+                **{
+                    **RENDER_OPTIONS,
+                    "suspend_time": 30,
+                    "suspend_timeout": SUSPEND_TIMEOUT,
+                    "resume_timeout": self.resume_timeout,
+                },
             )
         )
         # The hooks as slurmctld runs them: symlinks to slurm_plugins/, with a hooks.env next to
