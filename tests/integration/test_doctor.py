@@ -39,11 +39,15 @@ def lines(result: subprocess.CompletedProcess[str], status: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def ground_role(proving_ground: ProvingGround) -> ProvingGround:
+def ground_role(
+    proving_ground: ProvingGround, tmp_path_factory: pytest.TempPathFactory
+) -> ProvingGround:
     """The ground's Role with this checkout's rules (a ground started before the doctor existed
     lacks ``get`` on the Secret and the Service): ``auth reconcile`` only adds rules."""
     role = next(doc for doc in RBAC.read_text().split("---") if "kind: Role\n" in doc)
-    proving_ground.kubectl("-n", "slurm", "auth", "reconcile", "-f", "-", input_text=role)
+    path = tmp_path_factory.mktemp("rbac") / "role.yaml"
+    path.write_text(role)
+    proving_ground.kubectl("-n", "slurm", "auth", "reconcile", "-f", str(path))
     return proving_ground
 
 
