@@ -28,15 +28,26 @@ export SLURM_CONF="$conf"
 
 write_slurm_conf() {
     mkdir -p "$(dirname "$conf")" /var/spool/slurmctld /var/log/slurm /run/slurm
+    # The installed Slurm's series (e.g. 22.05), whose CLOUD nodes need PrivateData=cloud.
+    series=$(/usr/sbin/slurmctld -V | awk '{print $2}' | cut -d. -f1,2)
+    version_args=
+    [ "$series" = 22.05 ] && version_args=--private-data-cloud
     /usr/local/bin/slurm-k8s-bridge check-config --config "$config" >&2
     {
         # @HOSTNAME@: for deployments whose hostname is not known in advance (host network).
         sed "s/@HOSTNAME@/$(uname -n | cut -d. -f1)/g" "$head"
         echo
+        # Rendered before slurmctld runs, so its version and the site's SlurmctldParameters
+        # (those of $SLURM_CONF_HEAD, $SKB_SLURMCTLD_PARAMETERS) are given, not read from it.
+        # $SKB_RENDER_ARGS: further render-slurm-conf options (word-split).
+        # shellcheck disable=SC2086
         /usr/local/bin/slurm-k8s-bridge render-slurm-conf --config "$config" \
             --hooks-dir "$plugins" --suspend-time "${SKB_SUSPEND_TIME:-300}" \
             --suspend-timeout "${SKB_SUSPEND_TIMEOUT:-30}" \
-            --resume-timeout "${SKB_RESUME_TIMEOUT:-600}"
+            --resume-timeout "${SKB_RESUME_TIMEOUT:-600}" \
+            --slurm-version "$series" --slurmctld-parameters "${SKB_SLURMCTLD_PARAMETERS-}" \
+            --config-overrides --resume-rate 0 --suspend-rate 0 --tree-width 65533 \
+            $version_args ${SKB_RENDER_ARGS-}
     } >"$conf.tmp"
     mv "$conf.tmp" "$conf"
 }
