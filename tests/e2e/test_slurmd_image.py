@@ -157,7 +157,9 @@ def _slurmctld_image(series: str) -> str:
         timeout=600,
         check=True,
     )
-    subprocess.run(["buildah", "commit", "-q", "--rm", container, reference], check=True)
+    subprocess.run(
+        ["buildah", "commit", "-q", "--rm", container, reference], capture_output=True, check=True
+    )
     return reference
 
 
