@@ -43,11 +43,11 @@ def ground_role(
     proving_ground: ProvingGround, tmp_path_factory: pytest.TempPathFactory
 ) -> ProvingGround:
     """The ground's Role with this checkout's rules (a ground started before the doctor existed
-    lacks ``get`` on the Secret and the Service): ``auth reconcile`` only adds rules."""
+    lacks ``get`` on the Secret and the Service); the file's rules are a superset of its own."""
     role = next(doc for doc in RBAC.read_text().split("---") if "kind: Role\n" in doc)
     path = tmp_path_factory.mktemp("rbac") / "role.yaml"
     path.write_text(role)
-    proving_ground.kubectl("-n", "slurm", "auth", "reconcile", "-f", str(path))
+    proving_ground.kubectl("-n", "slurm", "apply", "-f", str(path))
     return proving_ground
 
 
