@@ -276,19 +276,6 @@ RESUME_2205 = {
     "jobs": [{"job_id": 3, "nodes": "cpu-[0-1]"}, {"job_id": 4, "nodes": "cpu-1"}],
     "all_nodes": "cpu-[0-1]",
 }
-RESUME_2411 = {
-    "jobs": [
-        {
-            "job_id": 2,
-            "nodes_alloc": "cpu-[0-2]",
-            "nodes_resume": "cpu-[1-2]",
-            "partition": "cpu",
-            "features": None,
-            "extra": None,
-        }
-    ],
-    "all_nodes_resume": "cpu-[1-2]",
-}
 
 
 def test_resume_logs_the_jobs_per_node(caplog: pytest.LogCaptureFixture) -> None:
