@@ -39,7 +39,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -56,7 +55,7 @@ sys.path.insert(0, str(ROOT / "deploy" / "local"))
 from proving_ground import ground
 from proving_ground.layout import APISERVER_PORT, HOST_IP, MUNGE_SOCKET, Layout
 from proving_ground.processes import State
-from proving_ground.slurm import RENDER_OPTIONS
+from proving_ground.slurm import RENDER_OPTIONS, controller_lines
 
 from bridge.config import load_config
 from bridge.domain.hostlist import expand
@@ -502,31 +501,15 @@ class Harness:
         }
         self.bridge_yaml.write_text(json.dumps(config, indent=2))  # JSON is YAML
         loaded = load_config(str(self.bridge_yaml))
-        host = socket.gethostname().split(".")[0]
         site = [
-            "# Written by bench/chaos.py; removed when it ends.",
-            f"ClusterName={CLUSTER}",
-            f"SlurmctldHost={host}({HOST_IP})",
-            f"SlurmctldPort={PORT}",
-            "SlurmdPort=6818",
-            "SlurmUser=root",
-            "AuthType=auth/munge",
-            "CredType=cred/munge",
-            f"AuthInfo=socket={MUNGE_SOCKET}",
-            f"StateSaveLocation={self.dir / 'state'}",
-            "SlurmdSpoolDir=/var/spool/slurmd",
-            f"SlurmctldPidFile={self.dir / 'slurmctld.pid'}",
-            f"SlurmctldLogFile={self.logs / 'slurmctld.log'}",
-            "SlurmctldDebug=info",
-            "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
-            "JobAcctGatherType=jobacct_gather/none",
-            "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_CPU",
-            "MpiDefault=none",
-            "KillWait=5",
-            "MinJobAge=300",
-            "SlurmdTimeout=60",
+            *controller_lines(
+                "# Written by bench/chaos.py; removed when it ends.",
+                cluster=CLUSTER,
+                port=PORT,
+                state_dir=self.dir,
+                log_dir=self.logs,
+                slurmd_timeout=60,
+            ),
             "",
         ]
         (self.dir / "state").mkdir(parents=True, exist_ok=True)

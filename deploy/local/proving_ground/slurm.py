@@ -45,28 +45,27 @@ def slurm_env(layout: Layout) -> dict[str, str]:
     return {**os.environ, "SLURM_CONF": str(layout.slurm_conf)}
 
 
-def render_slurm_conf(layout: Layout) -> str:
-    """Site lines of our own, then the nodes, partitions and power saving the bridge renders
-    from the same configuration it runs with (so the two cannot disagree)."""
-    from bridge.config import load_config
-    from bridge.domain.slurm_conf import render_slurm_conf as render_bridge_lines
-
-    plugins = layout.root / "slurm_plugins"
+def controller_lines(
+    header: str, *, cluster: str, port: int, state_dir: Path, log_dir: Path, slurmd_timeout: int
+) -> list[str]:
+    """The site part of a slurm.conf for a slurmctld of ours on this host (the ground's, and any
+    other whole 22.05 cluster of ours such as bench/chaos.py's): munge on our own socket, state
+    and logs where given, Slurm's simplest plugins."""
     host = socket.gethostname().split(".")[0]
-    lines = [
-        "# Written by the proving ground (deploy/local/proving_ground/slurm.py); edits are lost.",
-        "ClusterName=provingground",
+    return [
+        header,
+        f"ClusterName={cluster}",
         f"SlurmctldHost={host}({HOST_IP})",
-        f"SlurmctldPort={SLURMCTLD_PORT}",
+        f"SlurmctldPort={port}",
         "SlurmdPort=6818",
         "SlurmUser=root",
         "AuthType=auth/munge",
         "CredType=cred/munge",
         f"AuthInfo=socket={MUNGE_SOCKET}",
-        f"StateSaveLocation={layout.slurm / 'state'}",
+        f"StateSaveLocation={state_dir / 'state'}",
         "SlurmdSpoolDir=/var/spool/slurmd",
-        f"SlurmctldPidFile={layout.slurm / 'slurmctld.pid'}",
-        f"SlurmctldLogFile={layout.logs / 'slurmctld.log'}",
+        f"SlurmctldPidFile={state_dir / 'slurmctld.pid'}",
+        f"SlurmctldLogFile={log_dir / 'slurmctld.log'}",
         "SlurmctldDebug=info",
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
@@ -77,7 +76,27 @@ def render_slurm_conf(layout: Layout) -> str:
         "KillWait=5",
         "MinJobAge=300",
         "InactiveLimit=0",
-        f"SlurmdTimeout={SLURMD_TIMEOUT}",
+        f"SlurmdTimeout={slurmd_timeout}",
+    ]
+
+
+def render_slurm_conf(layout: Layout) -> str:
+    """Site lines of our own, then the nodes, partitions and power saving the bridge renders
+    from the same configuration it runs with (so the two cannot disagree)."""
+    from bridge.config import load_config
+    from bridge.domain.slurm_conf import render_slurm_conf as render_bridge_lines
+
+    plugins = layout.root / "slurm_plugins"
+    lines = [
+        *controller_lines(
+            "# Written by the proving ground (deploy/local/proving_ground/slurm.py); "
+            "edits are lost.",
+            cluster="provingground",
+            port=SLURMCTLD_PORT,
+            state_dir=layout.slurm,
+            log_dir=layout.logs,
+            slurmd_timeout=SLURMD_TIMEOUT,
+        ),
         # CLOUD nodes no bridge pool owns: the bridge must refuse them, loudly (tests use them).
         f"NodeName={STRAY_NODES} CPUs=1 RealMemory=256 State=CLOUD",
         f"PartitionName=stray Nodes={STRAY_NODES} MaxTime=INFINITE State=UP",
