@@ -1,7 +1,8 @@
-"""The admission guard of the kustomize base (ValidatingAdmissionPolicy slurm-k8s-bridge-pods) on
-the proving ground's API server: with the bridge's identity only pods rendered like the bridge
-renders them are admitted (its labels, images and hostPaths from the allow-lists); anyone else is
-not affected. And every overlay ships the guard, the same everywhere, and no credentials."""
+"""The admission guard of the administrator's kustomization (ValidatingAdmissionPolicy
+slurm-k8s-bridge-pods, deploy/kustomize/namespace) on the proving ground's API server: with the
+bridge's identity only pods rendered like the bridge renders them are admitted (its labels, images
+and hostPaths from the allow-lists); anyone else is not affected. And every Namespace
+kustomization ships the guard, the same everywhere; no build holds credentials."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import os
 import re
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,9 +24,9 @@ from tests.e2e.test_deploy_overlays import (
     KUSTOMIZE_DIR,
     POLICY,
     admission_policy_cleanup,
+    apply_namespace,
     delete_namespace,
     kustomize,
-    munge_key,  # noqa: F401 (a fixture)
     wait_for,
 )
 
@@ -35,8 +35,10 @@ pytestmark = pytest.mark.e2e
 NAMESPACE = "skb-e2e-admission"
 BRIDGE = f"system:serviceaccount:{NAMESPACE}:slurm-k8s-bridge"
 OVERLAYS = ("base", "overlays/external", "overlays/in-cluster")
-#: Bridge configurations whose pools must pass the base's allow-lists: the proving ground's (it
-#: applies the base), the in-cluster overlay's and docker-compose's (the external overlay).
+#: The administrator's kustomizations: the Namespace (its allow-lists) and the guard.
+NAMESPACES = ("namespace", "overlays/in-cluster/namespace")
+#: Bridge configurations whose pools must pass the default allow-lists (namespace/): the
+#: proving ground's (it applies them), the in-cluster overlay's and docker-compose's.
 CONFIGS = (
     ROOT / "deploy" / "local" / "bridge.yaml",
     KUSTOMIZE_DIR / "overlays" / "in-cluster" / "bridge.yaml",
@@ -58,19 +60,21 @@ CREDENTIALS = re.compile(
 
 @pytest.fixture(scope="module")
 def applied(
-    proving_ground: ProvingGround,
-    munge_key: Path,  # noqa: F811 (the fixture)
-    tmp_path_factory: pytest.TempPathFactory,
+    proving_ground: ProvingGround, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ProvingGround]:
-    """The external overlay in a namespace of the test's own (as a user moves it); everything
-    removed afterwards, the cluster-scoped policy objects too unless they were there before."""
-    wrapper = tmp_path_factory.mktemp("admission")
+    """The Namespace and external overlay in a namespace of the test's own (as a user moves
+    them); everything removed afterwards, the cluster-scoped policy objects too unless they were
+    there before."""
+    scratch = tmp_path_factory.mktemp("admission")
+    wrapper = scratch / "wrapper"
+    wrapper.mkdir()
     (wrapper / "kustomization.yaml").write_text(
         f"namespace: {NAMESPACE}\nresources:\n  - "
         f"{os.path.relpath(KUSTOMIZE_DIR / 'overlays' / 'external', wrapper)}\n"
     )
     with admission_policy_cleanup(proving_ground):
         try:
+            apply_namespace(proving_ground, "namespace", NAMESPACE, scratch / "namespace")
             proving_ground.kubectl(
                 "apply", "-f", "-", input_text=kustomize(proving_ground, wrapper)
             )
@@ -245,43 +249,42 @@ def test_everyone_else_is_not_affected(applied: ProvingGround) -> None:
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_every_overlay_ships_the_guard_and_no_credentials(
-    proving_ground: ProvingGround,
-    munge_key: Path,  # noqa: F811 (the fixture)
-    overlay: str,
-) -> None:
-    text = kustomize(proving_ground, KUSTOMIZE_DIR / overlay)
-    docs = [d for d in yaml.safe_load_all(text) if d]
+@pytest.mark.parametrize("kustomization", NAMESPACES)
+def test_every_namespace_ships_the_guard(proving_ground: ProvingGround, kustomization: str) -> None:
+    docs = [
+        d for d in yaml.safe_load_all(kustomize(proving_ground, KUSTOMIZE_DIR / kustomization)) if d
+    ]
     kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
     assert ("ValidatingAdmissionPolicy", POLICY) in kinds
     assert ("ValidatingAdmissionPolicyBinding", POLICY) in kinds
     namespace = next(d for d in docs if d["kind"] == "Namespace")
     assert set(ALLOW_LISTS) <= set(namespace["metadata"]["annotations"])
+
+
+@pytest.mark.parametrize("kustomization", OVERLAYS + NAMESPACES)
+def test_no_build_holds_credentials(proving_ground: ProvingGround, kustomization: str) -> None:
+    """No token, private key or kubeconfig, and no Secret at all (the munge key Secret is the
+    site's, named in the bridge's configuration)."""
+    text = kustomize(proving_ground, KUSTOMIZE_DIR / kustomization)
     assert not CREDENTIALS.search(text), CREDENTIALS.search(text)
-    # The one Secret is the munge key slurmd pods need; no ServiceAccount token Secret.
-    secrets = [d for d in docs if d["kind"] == "Secret"]
-    assert [(s["metadata"]["name"], s.get("type", "Opaque")) for s in secrets] == [
-        ("slurm-munge-key", "Opaque")
-    ]
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"] == []
 
 
-def test_the_guard_is_the_same_in_every_overlay(
-    proving_ground: ProvingGround,
-    munge_key: Path,  # noqa: F811 (the fixture)
-) -> None:
-    """Cluster-scoped objects shared by every bridge namespace: applying one overlay after
-    another must not change them (only their namespace, which the API server ignores, differs)."""
+def test_the_guard_is_the_same_in_every_namespace(proving_ground: ProvingGround) -> None:
+    """Cluster-scoped objects shared by every bridge namespace: applying one Namespace's
+    kustomization after another must not change them (only their namespace, which the API server
+    ignores, differs)."""
 
-    def guard(overlay: str) -> list[dict[str, Any]]:
-        docs = yaml.safe_load_all(kustomize(proving_ground, KUSTOMIZE_DIR / overlay))
+    def guard(kustomization: str) -> list[dict[str, Any]]:
+        docs = yaml.safe_load_all(kustomize(proving_ground, KUSTOMIZE_DIR / kustomization))
         found = [d for d in docs if d and d["kind"].startswith("ValidatingAdmissionPolicy")]
         for doc in found:
             doc["metadata"].pop("namespace", None)
         return found
 
-    first = guard(OVERLAYS[0])
-    for overlay in OVERLAYS[1:]:
-        assert guard(overlay) == first, overlay
+    first = guard(NAMESPACES[0])
+    for kustomization in NAMESPACES[1:]:
+        assert guard(kustomization) == first, kustomization
     # No paramKind: its lists are those of the namespace of each request (see the policy).
     assert all("paramKind" not in d["spec"] and "paramRef" not in d["spec"] for d in first)

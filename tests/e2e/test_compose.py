@@ -17,17 +17,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-from proving_ground import bridge_image
+from proving_ground import bridge_daemon, bridge_image
 from proving_ground.layout import APISERVER_PORT, HOST_IP
 
 from tests.conftest import ROOT, ProvingGround
-from tests.e2e.test_deploy_overlays import policy_objects
+from tests.e2e.test_deploy_overlays import apply_namespace, policy_objects
 
 pytestmark = pytest.mark.e2e
 
 NAMESPACE = "slurm-compose"
 KUSTOMIZE_DIR = ROOT / "deploy" / "kustomize"
-MUNGE_KEY = KUSTOMIZE_DIR / "base" / "munge.key"
+MUNGE_KEY = ROOT / "deploy" / "compose" / "munge.key"
 KUBECONFIG = ROOT / "deploy" / "compose" / "kubeconfig"
 SHARED = Path("/var/lib/slurm-k8s-bridge/compose")
 PROJECT = "slurm-k8s-bridge"
@@ -60,8 +60,8 @@ def wait_for(what: str, probe: Callable[[], bool], timeout_s: float, interval_s:
 
 @pytest.fixture
 def compose(proving_ground: ProvingGround, tmp_path: Path) -> Iterator[ProvingGround]:
-    """Image in podman, the cluster side (external overlay in slurm-compose), the kubeconfig,
-    then `podman-compose up`; undone in reverse order."""
+    """Image in podman, the cluster side (Namespace, munge Secret and external overlay in
+    slurm-compose), the kubeconfig, then `podman-compose up`; undone in reverse order."""
     if shutil.which(PODMAN_COMPOSE) is None:
         pytest.skip(f"{PODMAN_COMPOSE} is not installed")
     key_created = not MUNGE_KEY.exists()
@@ -79,6 +79,8 @@ def compose(proving_ground: ProvingGround, tmp_path: Path) -> Iterator[ProvingGr
     built = run([str(proving_ground.layout.kustomize_bin), "build", str(wrapper)]).stdout
     # The admission guard's cluster-scoped objects: deleted afterwards unless they were there.
     policy_before = policy_objects(proving_ground)
+    apply_namespace(proving_ground, "namespace", NAMESPACE, tmp_path / "namespace")
+    bridge_daemon.create_munge_secret(proving_ground.layout, NAMESPACE, MUNGE_KEY)
     proving_ground.kubectl("apply", "-f", "-", input_text=built)
     script = KUSTOMIZE_DIR / "overlays" / "external" / "make-kubeconfig.sh"
     made = subprocess.run(

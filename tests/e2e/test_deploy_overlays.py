@@ -1,53 +1,58 @@
-"""The kustomize deployment on the proving ground: every overlay builds; the external overlay's
-ServiceAccount can do exactly the bridge's pod work and nothing else; the in-cluster overlay runs
-slurmctld + bridge as a StatefulSet whose slurmd pods run a real two-node job and go away, and
-only its bridge container holds the ServiceAccount's token."""
+"""The kustomize deployment on the proving ground: every overlay builds, holds no key and no
+cluster-scoped object (the Namespace and the admission guard are the administrator's part, so
+`kubectl delete -k` leaves the Namespace); the external overlay's ServiceAccount can do exactly the
+bridge's pod work and nothing else; the in-cluster overlay runs slurmctld + bridge as a
+StatefulSet (release-tagged images, state on a volume claim, slurmctld found by DNS) whose slurmd
+pods run a real two-node job with what Slurm is told and go away, and only its bridge container
+holds the ServiceAccount's token."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
 import time
+import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
-from proving_ground import bridge_image
+from proving_ground import bridge_daemon, bridge_image
 
 from tests.conftest import ROOT, ProvingGround
 
 pytestmark = pytest.mark.e2e
 
 KUSTOMIZE_DIR = ROOT / "deploy" / "kustomize"
-MUNGE_KEY = KUSTOMIZE_DIR / "base" / "munge.key"
 EXTERNAL_NS = "skb-e2e-external"
+KEPT_NS = "skb-e2e-kept"
 INCLUSTER_NS = "slurm-incluster"
 INCLUSTER_SHARED = Path("/var/lib/slurm-k8s-bridge/incluster")
-#: The admission guard (base/admission-policy.yaml): cluster-scoped, the same in every overlay.
+#: The ground has no dynamic provisioner: slurmctld's state claim binds to a hostPath
+#: PersistentVolume the test makes (claimRef: that claim alone).
+INCLUSTER_STATE = Path("/var/lib/slurm-k8s-bridge/incluster-state")
+STATE_CLAIM = "state-slurmctld-0"
+STATE_VOLUME = "skb-e2e-slurmctld-state"
+#: The admission guard (namespace/admission-policy.yaml): cluster-scoped, one for every bridge.
 POLICY = "slurm-k8s-bridge-pods"
 POLICY_KINDS = ("validatingadmissionpolicybinding", "validatingadmissionpolicy")
-CLUSTER_SCOPED = {"Namespace", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
-#: What the base adds to every overlay: the admission guard (its allow-lists are annotations of
-#: the Namespace).
+#: The administrator's part next to each overlay: the Namespace and the admission guard (its
+#: allow-lists are annotations of the Namespace).
 ADMISSION_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+#: Each overlay and the kustomization of its Namespace.
+NAMESPACE_OF = {
+    "base": "namespace",
+    "overlays/external": "namespace",
+    "overlays/in-cluster": "overlays/in-cluster/namespace",
+}
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # noqa: S105 (a path)
-
-
-@pytest.fixture(scope="module")
-def munge_key() -> Iterator[Path]:
-    """The user provides base/munge.key; a checkout without one gets a throwaway key."""
-    created = not MUNGE_KEY.exists()
-    if created:
-        MUNGE_KEY.write_bytes(secrets.token_bytes(1024))
-        MUNGE_KEY.chmod(0o600)
-    yield MUNGE_KEY
-    if created:
-        MUNGE_KEY.unlink()
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
 
 def kustomize(proving_ground: ProvingGround, path: Path) -> str:
@@ -60,6 +65,24 @@ def kustomize(proving_ground: ProvingGround, path: Path) -> str:
     )
     assert result.returncode == 0, result.stderr
     return result.stdout
+
+
+def build(proving_ground: ProvingGround, kustomization: str) -> list[dict[str, Any]]:
+    return [
+        d for d in yaml.safe_load_all(kustomize(proving_ground, KUSTOMIZE_DIR / kustomization)) if d
+    ]
+
+
+def apply_namespace(
+    proving_ground: ProvingGround, kustomization: str, namespace: str, scratch: Path
+) -> None:
+    """The administrator's part of ``kustomization`` moved to ``namespace`` (as a site would)."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    (scratch / "kustomization.yaml").write_text(
+        f"namespace: {namespace}\nresources:\n  - "
+        f"{os.path.relpath(KUSTOMIZE_DIR / kustomization, scratch)}\n"
+    )
+    proving_ground.kubectl("apply", "-f", "-", input_text=kustomize(proving_ground, scratch))
 
 
 def wait_for(what: str, probe: Callable[[], bool], timeout_s: float, interval_s: float = 2) -> None:
@@ -93,7 +116,7 @@ def policy_objects(proving_ground: ProvingGround) -> set[str]:
 
 @contextmanager
 def admission_policy_cleanup(proving_ground: ProvingGround) -> Iterator[None]:
-    """Applying any overlay creates the admission guard's cluster-scoped policy and binding
+    """Applying any Namespace kustomization creates the admission guard's policy and binding
     (shared by every bridge namespace); afterwards delete those that did not exist before."""
     before = policy_objects(proving_ground)
     try:
@@ -110,64 +133,166 @@ def admission_policy_cleanup(proving_ground: ProvingGround) -> Iterator[None]:
             "base",
             "slurm",
             # Service: slurm-nodes, the headless Service that gives every pod a DNS name.
-            {
-                "Namespace",
-                "ServiceAccount",
-                "Role",
-                "RoleBinding",
-                "ConfigMap",
-                "Secret",
-                "Service",
-                *ADMISSION_KINDS,
-            },
+            {"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Service"},
         ),
         (
             "overlays/external",
             "slurm",
-            {"Namespace", "ServiceAccount", "Role", "RoleBinding", "Secret", "Service"}
-            | ADMISSION_KINDS,
+            {"ServiceAccount", "Role", "RoleBinding", "Service"},
         ),
         (
             "overlays/in-cluster",
             INCLUSTER_NS,
             {
-                "Namespace",
                 "ServiceAccount",
                 "Role",
                 "RoleBinding",
                 "ConfigMap",
-                "Secret",
                 "Service",
                 "StatefulSet",
-                *ADMISSION_KINDS,
+                "PodDisruptionBudget",
+                "NetworkPolicy",
             },
         ),
     ],
 )
 def test_overlay_builds(
-    proving_ground: ProvingGround, munge_key: Path, overlay: str, namespace: str, kinds: set[str]
+    proving_ground: ProvingGround, overlay: str, namespace: str, kinds: set[str]
 ) -> None:
-    docs = [d for d in yaml.safe_load_all(kustomize(proving_ground, KUSTOMIZE_DIR / overlay)) if d]
+    """Namespaced objects only, all in the overlay's namespace: no Namespace, no guard, no
+    Secret (the site's, by name)."""
+    docs = build(proving_ground, overlay)
     assert {d["kind"] for d in docs} == kinds
     for doc in docs:
-        if doc["kind"] in CLUSTER_SCOPED - {"Namespace"}:
-            continue
-        where = (
-            doc["metadata"]["name"]
-            if doc["kind"] == "Namespace"
-            else doc["metadata"].get("namespace")
-        )
-        assert where == namespace, doc["metadata"]
+        assert doc["metadata"].get("namespace") == namespace, doc["metadata"]
     binding = next(d for d in docs if d["kind"] == "RoleBinding")
     assert binding["subjects"][0]["namespace"] == namespace
-    secret = next(d for d in docs if d["kind"] == "Secret")
-    # The bridge names the Secret in every pod: its name must not carry a hash suffix.
-    assert secret["metadata"]["name"] == "slurm-munge-key"
+
+
+@pytest.mark.parametrize(
+    ("kustomization", "namespace"),
+    [("namespace", "slurm"), ("overlays/in-cluster/namespace", INCLUSTER_NS)],
+)
+def test_namespace_builds(
+    proving_ground: ProvingGround, kustomization: str, namespace: str
+) -> None:
+    """The administrator's part: the Namespace with Pod Security labels (privileged enforced:
+    slurmd is privileged; audited against baseline) and the guard's allow-lists, and the guard."""
+    docs = build(proving_ground, kustomization)
+    assert {d["kind"] for d in docs} == {"Namespace", *ADMISSION_KINDS}
+    ns = next(d for d in docs if d["kind"] == "Namespace")
+    assert ns["metadata"]["name"] == namespace
+    labels = ns["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert labels["pod-security.kubernetes.io/audit"] == "baseline"
+
+
+@pytest.mark.parametrize(
+    "kustomization",
+    [
+        "base",
+        "overlays/external",
+        "overlays/in-cluster",
+        "namespace",
+        "overlays/in-cluster/namespace",
+    ],
+)
+def test_no_build_holds_key_material(proving_ground: ProvingGround, kustomization: str) -> None:
+    """No Secret at all, and no ConfigMap carries a key: the munge key stays the site's."""
+    docs = build(proving_ground, kustomization)
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"] == []
+    for doc in docs:
+        assert "binaryData" not in doc, doc["metadata"]
+        for name in (doc.get("data") or {}) if doc["kind"] == "ConfigMap" else ():
+            assert "key" not in name, (doc["metadata"]["name"], name)
+
+
+@pytest.mark.parametrize("overlay", ["base", "overlays/external", "overlays/in-cluster"])
+def test_no_fixed_cluster_ip(proving_ground: ProvingGround, overlay: str) -> None:
+    """Services are found by name; only headless ones say clusterIP (None)."""
+    for doc in build(proving_ground, overlay):
+        if doc["kind"] == "Service":
+            assert doc["spec"].get("clusterIP", "None") == "None", doc["metadata"]["name"]
+
+
+def test_in_cluster_images_carry_the_release_tag(proving_ground: ProvingGround) -> None:
+    """The bridge's image at the package version, the pool's slurmd at <series>-<version> (what
+    the proving ground tags its builds with), the allow-list naming exactly that; no :dev, no
+    imagePullPolicy Never."""
+    docs = build(proving_ground, "overlays/in-cluster")
+    statefulset = next(d for d in docs if d["kind"] == "StatefulSet")
+    pod = statefulset["spec"]["template"]["spec"]
+    containers = pod["initContainers"] + pod["containers"]
+    assert {c["image"] for c in containers} == {f"{bridge_image.BRIDGE_IMAGE}:{VERSION}"}
+    assert all("imagePullPolicy" not in c for c in containers)
+    config = yaml.safe_load(
+        next(d for d in docs if d["metadata"]["name"].startswith("slurm-k8s-bridge-config"))[
+            "data"
+        ]["bridge.yaml"]
+    )
+    slurmd = {pool["image"] for pool in config["pools"]}
+    assert all(re.fullmatch(r"[^:]+:\d+\.\d+-" + re.escape(VERSION), i) for i in slurmd), slurmd
+    ns = next(
+        d
+        for d in build(proving_ground, NAMESPACE_OF["overlays/in-cluster"])
+        if d["kind"] == "Namespace"
+    )
+    allowed = ns["metadata"]["annotations"]["slurm-k8s-bridge.io/allowed-images"]
+    assert set(allowed.split(",")) == slurmd
+
+
+def test_in_cluster_state_is_on_a_volume_claim(proving_ground: ProvingGround) -> None:
+    docs = build(proving_ground, "overlays/in-cluster")
+    statefulset = next(d for d in docs if d["kind"] == "StatefulSet")
+    claims = {c["metadata"]["name"] for c in statefulset["spec"]["volumeClaimTemplates"]}
+    volumes = {v["name"] for v in statefulset["spec"]["template"]["spec"]["volumes"]}
+    assert "state" in claims
+    assert "state" not in volumes
+    slurmctld = next(
+        c for c in statefulset["spec"]["template"]["spec"]["containers"] if c["name"] == "slurmctld"
+    )
+    mount = next(m for m in slurmctld["volumeMounts"] if m["name"] == "state")
+    head = (KUSTOMIZE_DIR / "overlays" / "in-cluster" / "slurm.conf.head").read_text()
+    assert f"StateSaveLocation={mount['mountPath']}\n" in head
+
+
+def test_delete_leaves_the_namespace(proving_ground: ProvingGround, tmp_path: Path) -> None:
+    """Applied with `kubectl apply -k` into a Namespace the test made, `kubectl delete -k`
+    removes the bridge's objects and leaves the Namespace (and the guard) alone."""
+    wrapper = tmp_path / "wrapper"
+    wrapper.mkdir()
+    (wrapper / "kustomization.yaml").write_text(
+        f"namespace: {KEPT_NS}\nresources:\n  - "
+        f"{os.path.relpath(KUSTOMIZE_DIR / 'overlays' / 'external', wrapper)}\n"
+    )
+    guard = policy_objects(proving_ground)
+    proving_ground.kubectl("create", "namespace", KEPT_NS)
+    try:
+        proving_ground.kubectl("apply", "-k", str(wrapper))
+        assert (
+            proving_ground.kubectl(
+                "-n", KEPT_NS, "get", "serviceaccount", "slurm-k8s-bridge", "-o", "name"
+            ).strip()
+            == "serviceaccount/slurm-k8s-bridge"
+        )
+        proving_ground.kubectl("delete", "-k", str(wrapper), "--wait=true", timeout=120)
+        phase = proving_ground.kubectl(
+            "get", "namespace", KEPT_NS, "-o", "jsonpath={.status.phase}"
+        )
+        assert phase == "Active"
+        left = proving_ground.kubectl(
+            "-n", KEPT_NS, "get", "serviceaccount,role,rolebinding,service",
+            "-l", "app.kubernetes.io/part-of=slurm-k8s-bridge", "-o", "name",
+        )  # fmt: skip
+        assert left.strip() == ""
+        assert policy_objects(proving_ground) == guard
+    finally:
+        delete_namespace(proving_ground, KEPT_NS)
 
 
 @pytest.fixture(scope="module")
 def external(
-    proving_ground: ProvingGround, munge_key: Path, tmp_path_factory: pytest.TempPathFactory
+    proving_ground: ProvingGround, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Path]:
     """The external overlay applied in a namespace of the test's own (the way a user moves it),
     and a kubeconfig for its ServiceAccount made by make-kubeconfig.sh."""
@@ -184,6 +309,7 @@ def external(
 
 def _external(proving_ground: ProvingGround, tmp_path: Path, wrapper: Path) -> Iterator[Path]:
     try:
+        apply_namespace(proving_ground, "namespace", EXTERNAL_NS, tmp_path / "namespace")
         proving_ground.kubectl("apply", "-f", "-", input_text=kustomize(proving_ground, wrapper))
         kubeconfig = tmp_path / "bridge.kubeconfig"
         script = KUSTOMIZE_DIR / "overlays" / "external" / "make-kubeconfig.sh"
@@ -311,17 +437,30 @@ def test_external_service_account_real_requests(
 
 
 @pytest.fixture(scope="module")
-def in_cluster(proving_ground: ProvingGround, munge_key: Path) -> Iterator[ProvingGround]:
-    """The in-cluster overlay applied (with the bridge image of this checkout in containerd),
-    its StatefulSet rolled out."""
+def in_cluster(
+    proving_ground: ProvingGround, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ProvingGround]:
+    """The in-cluster overlay applied as a site would (its Namespace, a munge Secret by name, a
+    volume for slurmctld's state claim, then the overlay), with the bridge image of this
+    checkout in containerd under its release tag; its StatefulSet rolled out."""
     pg = proving_ground
+    scratch = tmp_path_factory.mktemp("in-cluster")
     bridge_image.import_bridge_image(
         pg.layout, ["ctr", "--address", str(pg.layout.containerd_socket)]
     )
     manifests = kustomize(pg, KUSTOMIZE_DIR / "overlays" / "in-cluster")
     with admission_policy_cleanup(pg):
-        pg.kubectl("apply", "-f", "-", input_text=manifests)
         try:
+            pg.kubectl(
+                "apply", "-f", "-",
+                input_text=kustomize(pg, KUSTOMIZE_DIR / NAMESPACE_OF["overlays/in-cluster"]),
+            )  # fmt: skip
+            # Any key: the overlay's own munged and its slurmd pods share it.
+            key = scratch / "munge.key"
+            key.write_bytes(secrets.token_bytes(1024))
+            bridge_daemon.create_munge_secret(pg.layout, INCLUSTER_NS, key)
+            pg.kubectl("apply", "-f", "-", input_text=json.dumps(state_volume()))
+            pg.kubectl("apply", "-f", "-", input_text=manifests)
             pg.kubectl(
                 "-n", INCLUSTER_NS, "rollout", "status", "statefulset/slurmctld",
                 "--timeout=240s", timeout=260,
@@ -329,7 +468,26 @@ def in_cluster(proving_ground: ProvingGround, munge_key: Path) -> Iterator[Provi
             yield pg
         finally:
             delete_namespace(pg, INCLUSTER_NS)
+            pg.kubectl("delete", "persistentvolume", STATE_VOLUME, "--ignore-not-found")
             shutil.rmtree(INCLUSTER_SHARED, ignore_errors=True)
+            shutil.rmtree(INCLUSTER_STATE, ignore_errors=True)
+
+
+def state_volume() -> dict[str, Any]:
+    """A hostPath PersistentVolume reserved for slurmctld's state claim (no class: the claim
+    names none and the ground has no default class)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": STATE_VOLUME},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "claimRef": {"namespace": INCLUSTER_NS, "name": STATE_CLAIM},
+            "hostPath": {"path": str(INCLUSTER_STATE), "type": "DirectoryOrCreate"},
+        },
+    }
 
 
 def slurm_pods(proving_ground: ProvingGround) -> dict[str, str]:
@@ -433,6 +591,15 @@ def test_in_cluster_runs_a_two_node_job(in_cluster: ProvingGround) -> None:
     ).strip()
     wait_for("two slurmd pods", lambda: len(slurm_pods(pg)) == 2, timeout_s=60)
     pods = slurm_pods(pg)
+    # Each pod is granted what slurmctld schedules onto its node (Guaranteed: limits too).
+    for pod in pods:
+        node = ctld("scontrol", "show", "node", "-o", pod)
+        told = re.search(r"CPUTot=(\d+) .*RealMemory=(\d+) ", node)
+        assert told, node
+        spec = json.loads(pg.kubectl("-n", INCLUSTER_NS, "get", "pod", pod, "-o", "json"))["spec"]
+        slurmd = next(c for c in spec["containers"] if c["name"] == "slurmd")
+        shape = {"cpu": told[1], "memory": f"{told[2]}Mi"}
+        assert slurmd["resources"] == {"requests": shape, "limits": shape}, node
 
     def job_state() -> str:
         line = ctld("scontrol", "show", "job", "-o", job)
@@ -456,3 +623,44 @@ def test_in_cluster_runs_a_two_node_job(in_cluster: ProvingGround) -> None:
         assert f"NodeAddr={pod_ip} " in node, node
     wait_for("slurmd pods to go after SuspendTime", lambda: not slurm_pods(pg), timeout_s=120)
     ctld("rm", "-f", f"/shared/job-{job}.out")
+
+
+@pytest.mark.slow
+def test_in_cluster_state_survives_a_new_pod(in_cluster: ProvingGround) -> None:
+    """slurmctld's state is on its volume claim: a held job outlives the pod."""
+    pg = in_cluster
+    claim = pg.kubectl(
+        "-n", INCLUSTER_NS, "get", "pvc", STATE_CLAIM,
+        "-o", "jsonpath={.status.phase} {.spec.volumeName}",
+    )  # fmt: skip
+    assert claim == f"Bound {STATE_VOLUME}"
+
+    def ctld(*argv: str, check: bool = True) -> str:
+        return pg.kubectl(
+            "-n", INCLUSTER_NS, "exec", "slurmctld-0", "-c", "slurmctld", "--", *argv, check=check
+        )
+
+    job = ctld("sbatch", "--parsable", "--hold", "-p", "ic", "--wrap", "true").strip()
+    before = pg.kubectl(
+        "-n", INCLUSTER_NS, "get", "pod", "slurmctld-0", "-o", "jsonpath={.metadata.uid}"
+    )
+    pg.kubectl("-n", INCLUSTER_NS, "delete", "pod", "slurmctld-0", "--wait=true", timeout=120)
+
+    def new_pod_ready() -> bool:
+        raw = pg.kubectl(
+            "-n", INCLUSTER_NS, "get", "pod", "slurmctld-0", "--ignore-not-found", "-o", "json"
+        )
+        if not raw.strip():
+            return False
+        pod = json.loads(raw)
+        ready = any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in pod.get("status", {}).get("conditions", [])
+        )
+        return pod["metadata"]["uid"] != before and ready
+
+    wait_for("a new slurmctld-0, ready", new_pod_ready, timeout_s=180)
+    shown = ctld("scontrol", "show", "job", "-o", job)
+    assert f"JobId={job} " in shown, shown
+    assert "JobState=PENDING" in shown, shown
+    ctld("scancel", job)

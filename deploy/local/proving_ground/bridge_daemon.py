@@ -4,7 +4,6 @@ and ``slurm-k8s-bridge serve`` next to slurmctld."""
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 from pathlib import Path
 
@@ -16,6 +15,8 @@ from .slurm import bridge_config_path
 BRIDGE_SOCKET = "/run/slurm-k8s-bridge/bridge.sock"
 SHARED_DIR = Path("/var/lib/slurm-k8s-bridge/shared")
 SERVICE_ACCOUNT = "slurm-k8s-bridge"
+#: What every bridge configuration here names (slurm.munge_key_secret).
+MUNGE_KEY_SECRET = "slurm-munge-key"  # noqa: S105 (a name)
 
 
 def bridge_kubeconfig(layout: Layout) -> Path:
@@ -23,14 +24,15 @@ def bridge_kubeconfig(layout: Layout) -> Path:
 
 
 def ensure_credentials(layout: Layout) -> None:
-    """The kustomize base (namespace, ServiceAccount, Role), the munge Secret, and a kubeconfig
-    holding a token of the bridge's ServiceAccount: the bridge runs with exactly that RBAC."""
-    base = layout.root / "deploy" / "kustomize" / "base"
-    # The base's munge Secret comes from base/munge.key, the site's key (git-ignored): here the
-    # proving ground's slurmctld key.
-    shutil.copyfile(layout.munge_key, base / "munge.key")
-    (base / "munge.key").chmod(0o600)
-    kube.kubectl(layout, "apply", "-k", str(base))
+    """The bridge's namespace and admission guard, the munge Secret, the kustomize base
+    (ServiceAccount, Role, node Service), and a kubeconfig holding a token of the bridge's
+    ServiceAccount: the bridge runs with exactly that RBAC."""
+    kustomize = layout.root / "deploy" / "kustomize"
+    # As a site does it: the administrator's part first, then the Secret by name (the base
+    # holds no key), then the base.
+    kube.kubectl(layout, "apply", "-k", str(kustomize / "namespace"))
+    create_munge_secret(layout, NAMESPACE, layout.munge_key)
+    kube.kubectl(layout, "apply", "-k", str(kustomize / "base"))
     token = kube.kubectl(
         layout, "-n", NAMESPACE, "create", "token", SERVICE_ACCOUNT, "--duration=48h"
     ).strip()
@@ -51,6 +53,16 @@ contexts:
 current-context: bridge
 """)
     bridge_kubeconfig(layout).chmod(0o600)
+
+
+def create_munge_secret(layout: Layout, namespace: str, key: Path) -> None:
+    """The Secret slurmd pods mount (``slurm.munge_key_secret``), from ``key``; replaced if it
+    exists. Rendered client-side and piped, so the key never lands in a file of the checkout."""
+    manifest = kube.kubectl(
+        layout, "-n", namespace, "create", "secret", "generic", MUNGE_KEY_SECRET,
+        f"--from-file=munge.key={key}", "--dry-run=client", "-o", "yaml",
+    )  # fmt: skip
+    kube.kubectl(layout, "apply", "-f", "-", input_text=manifest)
 
 
 def write_hooks_env(layout: Layout) -> None:

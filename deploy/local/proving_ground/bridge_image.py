@@ -21,6 +21,7 @@ from .images import (
     ImageRecipe,
     _layer_from_tree,
     _write_docker_archive,
+    bridge_version,
     debootstrap,
     drop_apt_caches,
 )
@@ -187,6 +188,8 @@ def import_bridge_image(layout: Layout, ctr: list[str]) -> str:
         )
         if result.returncode != 0:
             raise ProvingGroundError(f"ctr import {archive} failed: {result.stderr.strip()}")
+    # The release tag the in-cluster overlay names (the package version), this build's here.
+    run([*ctr, "-n", "k8s.io", "images", "tag", "--force", reference, release_reference()])
     stale = [ref for ref in listed if _is_stale(ref, reference)]
     if stale:
         # Each build is ~400 MB of its own layer; running containers keep theirs regardless.
@@ -194,8 +197,17 @@ def import_bridge_image(layout: Layout, ctr: list[str]) -> str:
     return reference
 
 
+def release_reference() -> str:
+    """``bridge:<package version>``: the tag deployments name instead of ``:dev``."""
+    return f"{BRIDGE_IMAGE}:{bridge_version()}"
+
+
 def _is_stale(listed: str, current: str) -> bool:
-    return listed.startswith(f"{BRIDGE_IMAGE}:") and listed not in {current, BRIDGE_IMAGE_DEV}
+    return listed.startswith(f"{BRIDGE_IMAGE}:") and listed not in {
+        current,
+        BRIDGE_IMAGE_DEV,
+        release_reference(),
+    }
 
 
 def load_into_podman(layout: Layout) -> str:

@@ -256,7 +256,6 @@ def down(layout: Layout) -> None:
         shutil.rmtree(Path(MUNGE_SOCKET).parent.parent, ignore_errors=True)
         shutil.rmtree(bridge_daemon.SHARED_DIR.parent, ignore_errors=True)
         (layout.root / "slurm_plugins" / "hooks.env").unlink(missing_ok=True)
-        (layout.root / "deploy" / "kustomize" / "base" / "munge.key").unlink(missing_ok=True)
         # Fresh cluster and Slurm state next time; certificates and the cache stay.
         for path in (
             layout.etcd_data,

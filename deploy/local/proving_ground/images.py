@@ -375,7 +375,8 @@ def ensure_archives(layout: Layout) -> dict[str, Path]:
 
 def import_images(layout: Layout, ctr: list[str]) -> None:
     """Import each archive into containerd's k8s.io namespace unless it is there already, and
-    point ``slurmd:dev`` (what the ground's bridge config names) at the current slurmd build."""
+    point ``slurmd:dev`` (what the ground's bridge config names) and the release tag (what the
+    in-cluster overlay names) at the current slurmd build."""
     listed = run([*ctr, "-n", "k8s.io", "images", "ls", "-q"]).stdout.split()
     slurmd = ""
     for reference, archive in ensure_archives(layout).items():
@@ -390,6 +391,8 @@ def import_images(layout: Layout, ctr: list[str]) -> None:
         if result.returncode != 0:
             raise ProvingGroundError(f"ctr import {archive} failed: {result.stderr.strip()}")
     run([*ctr, "-n", "k8s.io", "images", "tag", "--force", slurmd, SLURMD_IMAGE_DEV])
+    # And the release tag `make image` gives (<series>-<version>), which deployments name.
+    run([*ctr, "-n", "k8s.io", "images", "tag", "--force", slurmd, slurmd_release_reference()])
     stale = [
         ref
         for ref in listed
@@ -400,10 +403,16 @@ def import_images(layout: Layout, ctr: list[str]) -> None:
         run([*ctr, "-n", "k8s.io", "images", "rm", *stale], check=False)
 
 
-def _bridge_version() -> str:
+def bridge_version() -> str:
+    """The package's version (pyproject.toml), part of its images' release tags."""
     with (repo_root() / "pyproject.toml").open("rb") as f:
         version: str = tomllib.load(f)["project"]["version"]
     return version
+
+
+def slurmd_release_reference(series: str = GROUND_SLURM) -> str:
+    """``slurmd:<series>-<bridge version>``, the tag ``make image`` gives a series' build."""
+    return f"{SLURMD_IMAGE}:{series}-{bridge_version()}"
 
 
 def make_image(
@@ -420,7 +429,7 @@ def make_image(
     if slurm_release(version_line).rsplit(".", 1)[0] != series:
         raise ProvingGroundError(f"{reference} runs {version_line!r}, not Slurm {series}")
     repository = f"{registry.rstrip('/')}/slurmd" if registry else SLURMD_IMAGE
-    tags = [f"{repository}:{series}-{_bridge_version()}", f"{repository}:{series}"]
+    tags = [f"{repository}:{series}-{bridge_version()}", f"{repository}:{series}"]
     run(["podman", "tag", reference, *tags])
     for tag in tags if push else ():
         log.info("pushing %s", tag)
