@@ -43,7 +43,6 @@ from bridge.errors import (
     ConfigError,
     InvalidInput,
     TransientBackendError,
-    UnknownNode,
 )
 from bridge.peer_gate import PeerGate, bind_unix_socket, user_name
 
@@ -100,7 +99,7 @@ def status_code_for(exc: BaseException) -> grpc.StatusCode:
         return grpc.StatusCode.PERMISSION_DENIED
     if isinstance(exc, TransientBackendError):
         return grpc.StatusCode.UNAVAILABLE
-    if isinstance(exc, ConfigError | UnknownNode | BackendError):
+    if isinstance(exc, ConfigError | BackendError):
         return grpc.StatusCode.FAILED_PRECONDITION
     return grpc.StatusCode.INTERNAL
 

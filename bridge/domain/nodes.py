@@ -12,10 +12,6 @@ from datetime import datetime
 #: Every reason the bridge writes starts with this, so it only ever touches reasons it wrote.
 REASON_PREFIX = "k8s: "
 
-BASE_STATES = frozenset(
-    {"IDLE", "ALLOCATED", "MIXED", "DOWN", "ERROR", "FUTURE", "UNKNOWN", "COMPLETING"}
-)
-
 _SHORT_STATES = {
     "ALLOCATED": "alloc",
     "COMPLETING": "comp",
