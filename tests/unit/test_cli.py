@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bridge.cli import build_parser, format_status, main
+from bridge.cli import build_parser, main
+from bridge.cli_calls import format_status
 from bridge.domain.results import NodeStatus
 from tests.unit.fakes import MINIMAL_CONFIG
 
