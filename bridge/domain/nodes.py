@@ -84,11 +84,6 @@ class SlurmNode:
         return not (self.is_powered_down or self.is_powering_down or self.is_down)
 
     @property
-    def is_up(self) -> bool:
-        """Powered up and past POWERING_UP: its slurmd has registered."""
-        return self.wants_pod and not self.is_powering_up
-
-    @property
     def has_our_reason(self) -> bool:
         return self.reason.startswith(REASON_PREFIX)
 
