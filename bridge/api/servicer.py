@@ -26,7 +26,6 @@ from bridge.errors import (
     ConfigError,
     InvalidInput,
     TransientBackendError,
-    UnknownNode,
 )
 from bridge.wire import ERROR_METADATA_KEY, node_event_kind_from_pb, result_to_pb, status_to_pb
 
@@ -69,7 +68,7 @@ def status_code_for(exc: BaseException) -> grpc.StatusCode:
         return grpc.StatusCode.PERMISSION_DENIED
     if isinstance(exc, TransientBackendError):
         return grpc.StatusCode.UNAVAILABLE
-    if isinstance(exc, ConfigError | UnknownNode | BackendError):
+    if isinstance(exc, ConfigError | BackendError):
         return grpc.StatusCode.FAILED_PRECONDITION
     return grpc.StatusCode.INTERNAL
 

@@ -19,6 +19,7 @@ import pytest
 import yaml
 from proving_ground import bridge_image
 
+from tests import slurm_state
 from tests.conftest import ROOT, ProvingGround
 
 pytestmark = pytest.mark.e2e
@@ -435,8 +436,7 @@ def test_in_cluster_runs_a_two_node_job(in_cluster: ProvingGround) -> None:
     pods = slurm_pods(pg)
 
     def job_state() -> str:
-        line = ctld("scontrol", "show", "job", "-o", job)
-        return line.split("JobState=", 1)[1].split()[0]
+        return slurm_state.job_state(lambda *argv: ctld(*argv, check=False), int(job))
 
     wait_for(
         f"job {job} to finish",

@@ -17,19 +17,9 @@ from bridge.config import (
 )
 from bridge.domain.pod_rendering import PodSettings
 from bridge.errors import ConfigError
+from tests.unit.fakes import MINIMAL_CONFIG as MINIMAL
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "bridge.yaml"
-
-MINIMAL = """\
-slurm:
-  conf_server: 10.213.0.1:6817
-pools:
-  - name: cpu
-    nodes: cpu-[0-3]
-    cpus: 2
-    real_memory_mb: 1024
-    image: localhost/slurmd:dev
-"""
 
 
 def test_minimal_file_gets_the_defaults() -> None:
