@@ -14,11 +14,10 @@ from bridge.config import DEFAULT_PATH, check_config, load_config
 from bridge.domain.hostlist import expand
 from bridge.domain.results import NodeResult, NodeStatus, Outcome
 from bridge.errors import BridgeError
+from bridge.settings import DEFAULT_TARGET
 
 if TYPE_CHECKING:
     from bridge.domain.slurm_conf import GlobalChange
-
-DEFAULT_TARGET = "unix:/run/slurm-k8s-bridge/bridge.sock"
 
 
 def _config_path(args: argparse.Namespace) -> str:

@@ -29,9 +29,8 @@ from bridge.errors import (
     InvalidInput,
     TransientBackendError,
 )
+from bridge.settings import DEFAULT_TARGET
 
-#: The default target: the Unix socket the bridge listens on next to slurmctld.
-DEFAULT_TARGET = "unix:/run/slurm-k8s-bridge/bridge.sock"
 #: Event kinds NodeEvent accepts (strigger's node events), as the use cases spell them.
 NODE_EVENT_KIND_TO_PB: dict[str, pb.NodeEventKind] = {
     "down": pb.NODE_EVENT_KIND_DOWN,

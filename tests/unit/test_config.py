@@ -6,17 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from bridge.config import (
-    BridgeConfig,
-    BridgeSettings,
-    KubernetesSettings,
-    SlurmSettings,
-    check_config,
-    load_config,
-    parse_config,
-)
+from bridge.config import check_config, load_config, parse_config
 from bridge.domain.pod_rendering import PodSettings
 from bridge.errors import ConfigError
+from bridge.settings import BridgeConfig, BridgeSettings, KubernetesSettings, SlurmSettings
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "bridge.yaml"
 
