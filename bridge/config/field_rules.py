@@ -17,9 +17,9 @@ from pydantic import BeforeValidator
 
 from bridge.config.yaml_lines import show
 from bridge.domain.field_path import FieldPath
-from bridge.domain.pools import dns_label_problem
+from bridge.domain.pools import MAX_PATIENCE_S, dns_label_problem
 
-MAX_SECONDS = 365 * 24 * 3600.0  # beyond a year a pause is a typo; timedelta/wait overflow later
+MAX_SECONDS = MAX_PATIENCE_S  # beyond a year a pause is a typo; timedelta/wait overflow later
 MAX_COUNT = 2**31 - 1  # integer settings (Slurm's CPUs and MB fit; Python's repr stays cheap)
 MAX_CONCURRENCY = 1024
 

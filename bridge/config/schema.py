@@ -174,10 +174,9 @@ class PoolEntry(BaseModel):
     features: Annotated[tuple[str, ...], BeforeValidator(_word_list)] = ()
     gres: Annotated[tuple[str, ...], BeforeValidator(_word_list)] = ()
     weight: Annotated[int | None, BeforeValidator(_integer)] = None
-    schedule_timeout_s: Annotated[float, rules.seconds(positive=True)] = NodePool.schedule_timeout_s
-    image_pull_timeout_s: Annotated[float, rules.seconds(positive=True)] = (
-        NodePool.image_pull_timeout_s
-    )
+    # Any: a pool's patience is NodePool's rule (type and range); the file only carries it.
+    schedule_timeout_s: Any = NodePool.schedule_timeout_s
+    image_pull_timeout_s: Any = NodePool.image_pull_timeout_s
     # Any: the template is checked by the domain (template_problems), not by pydantic.
     pod_template: Annotated[Any, BeforeValidator(_template)] = Field(default_factory=dict)
     _pool: NodePool | None = PrivateAttr(default=None)

@@ -11,7 +11,6 @@ of the field that is wrong, so the config loader can point at the file line that
 from __future__ import annotations
 
 import copy
-import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -32,6 +31,9 @@ _DNS_LABEL_MAX = 63
 _SLURM_WORD = re.compile(r"[A-Za-z0-9_.:+\-]+")
 # Slurm's Weight is a uint32 with the top values reserved (INFINITE and friends).
 _MAX_WEIGHT = 0xFFFFFFF0
+#: A pool's patience (schedule, image pull) is at most a year: beyond that it is a typo, and
+#: timedelta and the reconcile arithmetic would overflow long before a float does.
+MAX_PATIENCE_S = 365 * 24 * 3600.0
 # slurm.conf treats these names specially (NodeName=DEFAULT, PartitionName=DEFAULT, ...).
 _RESERVED_SLURM_NAMES = frozenset({"default", "all", "localhost"})
 
@@ -198,13 +200,16 @@ class NodePool:
             )
         for field_name in ("schedule_timeout_s", "image_pull_timeout_s"):
             value = getattr(self, field_name)
+            # NaN fails every comparison; a huge int is compared as an int (float() overflows).
             if (
                 isinstance(value, bool)
                 or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value <= 0
+                or not 0 < value <= MAX_PATIENCE_S
             ):
-                raise self._fail(field_name, f"must be a positive number of seconds, got {value!r}")
+                raise self._fail(
+                    field_name,
+                    f"must be a positive number of seconds up to {MAX_PATIENCE_S:g}, got {value!r}",
+                )
 
     @property
     def patience(self) -> Patience:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from bridge import settings
 from bridge.config import check_config, load_config, parse_config
 from bridge.domain.pod_rendering import PodSettings
 from bridge.errors import ConfigError
@@ -465,3 +468,24 @@ def test_load_config_reads_no_more_than_the_limit(tmp_path: Path) -> None:
     path.write_text(MINIMAL + "#" * (8 * 1024 * 1024))
     with pytest.raises(ConfigError, match=r"characters, more than the limit of 4194304"):
         load_config(path, environ={})
+
+
+def test_settings_import_neither_pydantic_nor_yaml() -> None:
+    # The hooks import bridge.settings on slurmctld's hot path: it must stay standard library.
+    code = (
+        "import sys, bridge.hooks, bridge.settings; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'yaml')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_one_default_socket_path() -> None:
+    from bridge import cli, client, hooks  # noqa: PLC0415 (grpc loads only for this test)
+
+    assert settings.DEFAULT_TARGET == "unix:" + settings.DEFAULT_SOCKET_PATH
+    assert hooks.DEFAULT_SOCKET == client.DEFAULT_TARGET == cli.DEFAULT_TARGET
+    assert hooks.DEFAULT_SOCKET == settings.DEFAULT_TARGET
+    assert BridgeSettings().socket == settings.DEFAULT_SOCKET_PATH
