@@ -39,7 +39,8 @@ class FieldProblem(ValueError):
 
 @dataclass(frozen=True)
 class Rule:
-    """Reads one setting: ``read`` takes the YAML value, ``from_env`` a variable's text."""
+    """Reads one setting: ``read`` checks the YAML value, ``from_env`` turns a variable's text
+    into the value the YAML would have held (it checks nothing: ``read`` runs on it later)."""
 
     read: Callable[[Any], Any]
     from_env: Callable[[str], Any]
@@ -52,11 +53,11 @@ def _text(text: str) -> str:
     return text
 
 
-def _optional(read: Callable[[Any], Any], from_env: Callable[[str], Any]) -> Rule:
+def _optional(read: Callable[[Any], Any]) -> Rule:
     # An empty variable unsets an optional setting (SKB_SLURM_CONF="" = Slurm's default).
     return Rule(
         read=lambda value: None if value is None else read(value),
-        from_env=lambda text: None if text == "" else from_env(text),
+        from_env=lambda text: None if text == "" else text,
     )
 
 
@@ -81,7 +82,7 @@ def string(check: Check | None = None, *, optional: bool = False) -> BeforeValid
             raise FieldProblem(f"must be a string, got {show(value)}")
         return str(_checked(value, check))
 
-    rule = _optional(read, read) if optional else Rule(read, read)
+    rule = _optional(read) if optional else Rule(read, _text)
     return BeforeValidator(rule)
 
 
@@ -144,7 +145,7 @@ def octal_mode() -> BeforeValidator:
             raise FieldProblem(f"must be an octal mode like 0660, got {show(value)}")
         return value
 
-    return BeforeValidator(Rule(read, read))
+    return BeforeValidator(Rule(read, _text))
 
 
 def names(check: Check | None = None) -> BeforeValidator:
@@ -153,14 +154,16 @@ def names(check: Check | None = None) -> BeforeValidator:
     def read(value: Any) -> tuple[str, ...]:
         _not_null(value)
         if isinstance(value, str):
-            return tuple(word.strip() for word in value.split(",") if word.strip())
-        if not isinstance(value, list) or not all(
+            words = tuple(word.strip() for word in value.split(",") if word.strip())
+        elif isinstance(value, list) and all(
             isinstance(v, str | int) and not isinstance(v, bool) for v in value
         ):
+            words = tuple(str(v) for v in value)
+        else:
             raise FieldProblem(f"must be a list of names, got {show(value)}")
-        return tuple(_checked(tuple(str(v) for v in value), check))
+        return tuple(_checked(words, check))
 
-    return BeforeValidator(Rule(read, read))
+    return BeforeValidator(Rule(read, _text))
 
 
 # ---- checks: each returns a problem or None ----

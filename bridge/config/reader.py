@@ -93,8 +93,30 @@ def _model_at(path: FieldPath) -> type[BaseModel] | None:
     return None
 
 
-def _reading_order(error: ErrorDetails) -> tuple[int, ...]:
-    """Sort key: the error a top-down reading meets first (unknown keys, then missing ones)."""
+#: The order a pool's fields are checked in (the file lists them differently): strings first.
+_POOL_CHECK_ORDER = (
+    "name",
+    "nodes",
+    "partition",
+    "image",
+    "cpus",
+    "real_memory_mb",
+    "weight",
+    "schedule_timeout_s",
+    "image_pull_timeout_s",
+    "pod_template",
+    "features",
+    "gres",
+)
+
+
+def _reading_order(error: ErrorDetails, data: Mapping[str, Any]) -> tuple[int, ...]:
+    """Sort key: the error the reader reports first, of all pydantic found.
+
+    At each level unknown keys come first, then missing ones, then the rest: the top level and
+    a pool in the order of their fields (the sections before the pools that use them), a
+    section's settings in the order the file gives them.
+    """
     loc = tuple(error["loc"])
     order: list[int] = []
     for depth, part in enumerate(loc):
@@ -102,11 +124,16 @@ def _reading_order(error: ErrorDetails) -> tuple[int, ...]:
             order.append(part)
             continue
         model = _model_at(loc[:depth])
+        section = data.get(str(loc[0])) if depth == 1 and loc[0] in SECTION_MODELS else None
         last = depth == len(loc) - 1
         if last and error["type"] == "extra_forbidden":
             order.append(-2)
         elif last and error["type"] == "missing":
             order.append(-1)
+        elif isinstance(section, Mapping) and part in section:
+            order.append(list(section).index(part))
+        elif model is PoolEntry and part in _POOL_CHECK_ORDER:
+            order.append(_POOL_CHECK_ORDER.index(part))
         elif model is not None and part in model.model_fields:
             order.append(list(model.model_fields).index(part))
         else:
@@ -177,7 +204,7 @@ def config_from_dict(
     try:
         file = ConfigFile.model_validate(data)
     except ValidationError as e:
-        first = min(e.errors(), key=_reading_order)
+        first = min(e.errors(), key=lambda error: _reading_order(error, data))
         raise _Locator(source, lines or {}, origins).error(*_problem(first)) from None
     return BridgeConfig(
         pools=file.pool_set,

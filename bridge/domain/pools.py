@@ -105,6 +105,9 @@ class NodePool:
         template = copy.deepcopy(dict(self.pod_template))
         object.__setattr__(self, "pod_template", MappingProxyType(template))
         self._validate()
+        # Seconds are floats whichever way they were written (300 or 300.0).
+        for field_name in ("schedule_timeout_s", "image_pull_timeout_s"):
+            object.__setattr__(self, field_name, float(getattr(self, field_name)))
 
     @classmethod
     def create(
@@ -208,7 +211,7 @@ class NodePool:
             ):
                 raise self._fail(
                     field_name,
-                    f"must be a positive number of seconds up to {MAX_PATIENCE_S:g}, got {value!r}",
+                    f"must be a positive number up to {MAX_PATIENCE_S:g} (seconds), got {value!r}",
                 )
 
     @property

@@ -489,3 +489,29 @@ def test_one_default_socket_path() -> None:
     assert hooks.DEFAULT_SOCKET == client.DEFAULT_TARGET == cli.DEFAULT_TARGET
     assert hooks.DEFAULT_SOCKET == settings.DEFAULT_TARGET
     assert BridgeSettings().socket == settings.DEFAULT_SOCKET_PATH
+
+
+@pytest.mark.parametrize("name", ["[SLURM_NODENAME]", "{a: 1}"])
+def test_template_env_names_that_are_not_strings_raise_no_type_error(name: str) -> None:
+    # Once a TypeError (unhashable list) escaped template_problems instead of a ConfigError.
+    text = (
+        MINIMAL + "    pod_template:\n      spec:\n        containers:\n"
+        f"          - name: slurmd\n            env:\n              - name: {name}\n"
+    )
+    (pool,) = parse_config(text, "bridge.yaml").pools
+    assert pool.pod_template["spec"]["containers"][0]["env"][0]["name"] is not None
+
+
+def test_pool_patience_is_kept_as_float_seconds() -> None:
+    text = MINIMAL + "    schedule_timeout_s: 600\n    image_pull_timeout_s: 2.5\n"
+    (pool,) = parse_config(text, "bridge.yaml").pools
+    assert (pool.schedule_timeout_s, pool.image_pull_timeout_s) == (600.0, 2.5)
+    assert isinstance(pool.schedule_timeout_s, float)
+
+
+def test_allowed_callers_written_as_one_string_are_checked() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(MINIMAL + "bridge:\n  allowed_callers: 'a b'\n", "bridge.yaml")
+    assert str(caught.value) == (
+        "bridge.yaml:10: bridge.allowed_callers: 'a b' is neither a user name nor a uid"
+    )
