@@ -12,15 +12,21 @@ import sys
 from collections.abc import Sequence
 
 from bridge import cli_calls, cli_slurm_conf
-from bridge.config import DEFAULT_PATH, check_config, load_config
 from bridge.domain.hostlist import expand
 from bridge.errors import BridgeError
-
-DEFAULT_TARGET = "unix:/run/slurm-k8s-bridge/bridge.sock"
+from bridge.settings import DEFAULT_CONFIG_PATH as DEFAULT_PATH
+from bridge.settings import DEFAULT_TARGET, BridgeConfig
 
 
 def _config_path(args: argparse.Namespace) -> str:
     return str(args.config or os.environ.get("SKB_CONFIG") or DEFAULT_PATH)
+
+
+def _load_config(args: argparse.Namespace) -> BridgeConfig:
+    # Imported here: the reader loads pydantic, which the RPC commands (resume, status) never need.
+    from bridge.config import load_config
+
+    return load_config(_config_path(args))
 
 
 def _target(args: argparse.Namespace) -> str:
@@ -36,18 +42,21 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_render_slurm_conf(args: argparse.Namespace) -> int:
-    return cli_slurm_conf.render_slurm_conf(args, load_config(_config_path(args)))
+    return cli_slurm_conf.render_slurm_conf(args, _load_config(args))
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from bridge import app  # grpc server and Kubernetes client: only for serve
 
-    config = load_config(_config_path(args))
+    config = _load_config(args)
     app.configure_logging(args.log_format or config.bridge.log_format)
     return app.serve(config)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
+    # Imported here: the reader loads pydantic, which the RPC commands (resume, status) never need.
+    from bridge.config import check_config
+
     print(check_config(_config_path(args)))
     return 0
 
@@ -56,7 +65,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from bridge import doctor  # Kubernetes client and Slurm CLI: only for the preflight
 
     try:
-        config = load_config(_config_path(args))
+        config = _load_config(args)
     except BridgeError as e:
         checks = [doctor.Check(doctor.Status.FAIL, "config", str(e), "fix the configuration")]
     else:

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from bridge.errors import BridgeError
 
 if TYPE_CHECKING:
-    from bridge.config import BridgeConfig
     from bridge.domain.slurm_conf import GlobalChange
+    from bridge.settings import BridgeConfig
 
 
 #: The hook executables of each kind: in a checkout (slurm_plugins/) and as installed entry points.

@@ -22,6 +22,7 @@ from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
 from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
 from bridge.domain.results import NodeResult, NodeStatus
 from bridge.errors import BridgeError, CallerNotAllowed, InvalidInput, TransientBackendError
+from bridge.settings import DEFAULT_TARGET
 from bridge.tls import TlsFiles, read_tls_files
 from bridge.wire import (
     ERROR_METADATA_KEY,
@@ -41,8 +42,6 @@ __all__ = [
     "TlsFiles",
 ]
 
-#: The default target: the Unix socket the bridge listens on next to slurmctld.
-DEFAULT_TARGET = "unix:/run/slurm-k8s-bridge/bridge.sock"
 _T = TypeVar("_T")
 
 _BACKOFF_S = (0.05, 0.1, 0.2, 0.4)

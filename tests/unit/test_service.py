@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bridge.config import BridgeConfig, parse_config
+from bridge.config import parse_config
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.pods import (
     LABEL_CLUSTER,
@@ -34,6 +34,7 @@ from bridge.errors import (
     TransientBackendError,
 )
 from bridge.service import BridgeService
+from bridge.settings import BridgeConfig
 from tests.unit.fakes import MINIMAL_CONFIG, FakePods, FakeSlurm, Update
 
 NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
