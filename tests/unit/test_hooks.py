@@ -420,6 +420,43 @@ def test_strigger_setup_registers_each_event_once(tmp_path: Path) -> None:
     ]
 
 
+def test_strigger_setup_registers_the_given_program(tmp_path: Path) -> None:
+    hook = tmp_path / "bin" / "slurm-k8s-bridge-node-event"
+    hook.parent.mkdir()
+    hook.write_text("#!/bin/sh\n")
+    hook.chmod(0o755)
+    calls = _run_setup(tmp_path, "", "--program", str(hook))
+    assert [c[4] for c in calls] == [f"--program={hook}"] * 4
+
+
+def test_strigger_setup_outside_a_checkout_uses_the_entry_point_or_says_what_to_give(
+    tmp_path: Path,
+) -> None:
+    """A copy of the script with no node_event beside it (as a package installs it) registers
+    slurm-k8s-bridge-node-event from PATH, by absolute path; with none there it names --program."""
+    script = tmp_path / "alone" / "strigger-setup.sh"
+    script.parent.mkdir()
+    script.write_bytes((PLUGINS / "strigger-setup.sh").read_bytes())
+    script.chmod(0o755)
+    fake_bin = tmp_path / "fakebin"
+    fake_bin.mkdir()
+    (fake_bin / "strigger").write_text("#!/bin/sh\nexit 0\n")
+    (fake_bin / "strigger").chmod(0o755)
+    env = {"PATH": f"{fake_bin}:/usr/bin:/bin"}
+    missing = subprocess.run(
+        [str(script), "--dry-run"], env=env, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert missing.returncode == 1
+    assert "give --program" in missing.stderr
+    entry = fake_bin / "slurm-k8s-bridge-node-event"
+    entry.write_text("#!/bin/sh\n")
+    entry.chmod(0o755)
+    found = subprocess.run(
+        [str(script), "--dry-run"], env=env, capture_output=True, text=True, timeout=30, check=True
+    )
+    assert f"--program={entry} down" in found.stdout
+
+
 # --- a too-old interpreter (a stub that reports 3.9) ------------------------------------------
 
 
