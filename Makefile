@@ -33,10 +33,11 @@ down: venv ## stop what `make up` started; keeps the cache
 status: venv ## what the proving ground runs
 	@$(PG) status
 
-lint: venv ## ruff and mypy --strict
+lint: venv ## ruff, mypy --strict and the import contracts (pyproject's [tool.importlinter])
 	$(VENV)/bin/ruff check bridge tests deploy/local scripts bench
 	$(VENV)/bin/ruff format --check bridge tests deploy/local scripts bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 proto: venv ## regenerate bridge/_proto from proto/
 	$(PY) scripts/generate_proto.py

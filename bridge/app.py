@@ -16,11 +16,11 @@ from typing import Protocol
 from bridge.adapters.kubernetes import PodEvent, PodGateway, WatchExpired
 from bridge.adapters.slurm_cli import SlurmCli, read_slurm_user
 from bridge.api import TlsServerFiles, build_server
-from bridge.config import BridgeConfig
 from bridge.domain.pods import PodView
 from bridge.errors import BridgeError, ConfigError
 from bridge.peer_gate import resolve_uids, user_name
 from bridge.service import BridgeService
+from bridge.settings import BridgeConfig
 
 log = logging.getLogger(__name__)
 

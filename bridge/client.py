@@ -13,56 +13,37 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import UTC
 from types import TracebackType
-from typing import NamedTuple, TypeVar
+from typing import TypeVar
 
 import grpc
 
 from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
 from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
-from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
-from bridge.errors import (
-    BridgeError,
-    CallerNotAllowed,
-    ConfigError,
-    InvalidInput,
-    TransientBackendError,
+from bridge.domain.results import NodeResult, NodeStatus
+from bridge.errors import BridgeError, CallerNotAllowed, InvalidInput, TransientBackendError
+from bridge.settings import DEFAULT_TARGET
+from bridge.tls import TlsFiles, read_tls_files
+from bridge.wire import (
+    ERROR_METADATA_KEY,
+    NODE_EVENT_KIND_TO_PB,
+    NODE_EVENT_KINDS,
+    result_from_pb,
+    status_from_pb,
 )
 
-#: The default target: the Unix socket the bridge listens on next to slurmctld.
-DEFAULT_TARGET = "unix:/run/slurm-k8s-bridge/bridge.sock"
-#: Event kinds NodeEvent accepts (strigger's node events), as the use cases spell them.
-NODE_EVENT_KIND_TO_PB: dict[str, pb.NodeEventKind] = {
-    "down": pb.NODE_EVENT_KIND_DOWN,
-    "drain": pb.NODE_EVENT_KIND_DRAIN,
-    "fail": pb.NODE_EVENT_KIND_FAIL,
-    "up": pb.NODE_EVENT_KIND_UP,
-    "idle": pb.NODE_EVENT_KIND_IDLE,
-}
-NODE_EVENT_KINDS = tuple(NODE_EVENT_KIND_TO_PB)
-#: Domain value -> proto value; the server uses these tables too, so both ends agree.
-OUTCOME_TO_PB: dict[Outcome, pb.Outcome] = {
-    Outcome.OK: pb.OUTCOME_OK,
-    Outcome.REJECTED: pb.OUTCOME_REJECTED,
-    Outcome.FAILED: pb.OUTCOME_FAILED,
-}
-ERROR_CLASS_TO_PB: dict[ErrorClass, pb.ErrorClass] = {
-    ErrorClass.NONE: pb.ERROR_CLASS_NONE,
-    ErrorClass.INVALID: pb.ERROR_CLASS_INVALID,
-    ErrorClass.UNKNOWN_NODE: pb.ERROR_CLASS_UNKNOWN_NODE,
-    ErrorClass.NO_CAPACITY: pb.ERROR_CLASS_NO_CAPACITY,
-    ErrorClass.TRANSIENT: pb.ERROR_CLASS_TRANSIENT,
-    ErrorClass.INTERNAL: pb.ERROR_CLASS_INTERNAL,
-}
-#: Trailing metadata key the server sets on whole-call errors it raised on purpose, so an
-#: UNAVAILABLE from a bridge backend is told apart from "could not reach the bridge at all".
-ERROR_METADATA_KEY = "skb-error"
+# TlsFiles and NODE_EVENT_KINDS are part of the client's interface (hooks and tests use them).
+__all__ = [
+    "DEFAULT_TARGET",
+    "NODE_EVENT_KINDS",
+    "BridgeClient",
+    "BridgeNoAnswer",
+    "BridgeUnreachable",
+    "TlsFiles",
+]
 
 _T = TypeVar("_T")
 
-_OUTCOME_FROM_PB = {v: k for k, v in OUTCOME_TO_PB.items()}
-_ERROR_CLASS_FROM_PB = {v: k for k, v in ERROR_CLASS_TO_PB.items()}
 _BACKOFF_S = (0.05, 0.1, 0.2, 0.4)
 # Without these, a channel that failed to connect waits ~1 s before it tries again, so quick
 # retries would fail at once without ever reconnecting.
@@ -90,23 +71,6 @@ class BridgeNoAnswer(BridgeUnreachable):
     Unlike a refused connection, the bridge may have acted on it: a resume must then not be
     failed by the caller, because the bridge's reconciler finishes it from POWERING_UP.
     """
-
-
-class TlsFiles(NamedTuple):
-    """PEM files for mutual TLS: our certificate and key, and the CA that signed the peer."""
-
-    cert: str
-    key: str
-    ca: str
-
-
-def read_tls_files(tls: TlsFiles) -> tuple[bytes, bytes, bytes]:
-    """Read the three PEM files (cert, key, ca); an unreadable file is a :class:`ConfigError`."""
-    try:
-        with open(tls.cert, "rb") as c, open(tls.key, "rb") as k, open(tls.ca, "rb") as a:
-            return c.read(), k.read(), a.read()
-    except OSError as e:
-        raise ConfigError(f"cannot read TLS file: {e}") from e
 
 
 class BridgeClient:
@@ -248,25 +212,3 @@ def _error_from_rpc(e: grpc.RpcError, target: str, attempts: int) -> BridgeError
         # Connected, sent, and then the bridge died or hung: it may have acted on the call.
         return BridgeNoAnswer(message, details)
     return BridgeError(f"{code.name}: {details}")
-
-
-def result_from_pb(r: pb.NodeResult) -> NodeResult:
-    """Domain result of one proto result; an unknown outcome counts as an internal failure."""
-    outcome = _OUTCOME_FROM_PB.get(r.outcome)
-    error_class = _ERROR_CLASS_FROM_PB.get(r.error_class, ErrorClass.INTERNAL)
-    if outcome is None:
-        outcome, error_class = Outcome.FAILED, ErrorClass.INTERNAL
-    return NodeResult(node=r.node, outcome=outcome, error_class=error_class, message=r.message)
-
-
-def status_from_pb(n: pb.NodeStatus) -> NodeStatus:
-    """Domain status of one proto status row."""
-    return NodeStatus(
-        node=n.node,
-        pool=n.pool,
-        slurm_state=n.slurm_state,
-        pod_phase=n.pod_phase,
-        pod_ip=n.pod_ip,
-        reason=n.reason,
-        since=n.since.ToDatetime(tzinfo=UTC) if n.HasField("since") else None,
-    )

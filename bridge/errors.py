@@ -4,7 +4,6 @@
     ├── ConfigError            bad configuration; names the file, line and field
     ├── InvalidInput           bad data from a caller (hostlist, resume file, request field)
     │   └── HostlistError      a hostlist Slurm would also reject
-    ├── UnknownNode            a node no pool owns
     ├── CallerNotAllowed       the caller's uid or certificate is not on the allow-list
     └── BackendError           a Slurm or Kubernetes call failed
         ├── TransientBackendError   worth retrying (connection, 5xx, 429, timeouts)
@@ -37,14 +36,6 @@ class HostlistError(InvalidInput):
 
 class CallerNotAllowed(BridgeError):
     """The caller may not use the bridge (peer uid or client certificate not allowed)."""
-
-
-class UnknownNode(BridgeError):
-    """A node name that no configured pool owns."""
-
-    def __init__(self, node: str) -> None:
-        super().__init__(f"node {node!r} is not in any configured pool")
-        self.node = node
 
 
 class BackendError(BridgeError):

@@ -32,7 +32,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-DEFAULT_SOCKET = "unix:/run/slurm-k8s-bridge/bridge.sock"
+from bridge.settings import DEFAULT_TARGET as DEFAULT_SOCKET
+
 DEFAULT_SLURM_BIN = "/usr/bin"
 DEFAULT_HOOK_LOG = "/var/log/slurm/slurm-k8s-bridge-hooks.log"
 DEFAULT_TIMEOUT_S = 2.0

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from bridge.config import BridgeConfig
 from bridge.domain.hostlist import compress, expand
 from bridge.domain.node_names import check_node_name
 from bridge.domain.nodes import SlurmNode, our_reason
@@ -42,6 +41,7 @@ from bridge.errors import (
     NoCapacity,
     TransientBackendError,
 )
+from bridge.settings import BridgeConfig
 
 log = logging.getLogger(__name__)
 

@@ -16,6 +16,7 @@ from proving_ground.processes import State, stop_daemon
 from proving_ground.slurm import start_slurm
 
 from bridge.domain.hostlist import expand
+from tests import slurm_state
 from tests.conftest import ProvingGround
 
 T = TypeVar("T")
@@ -82,11 +83,8 @@ def submit(pg: ProvingGround, *args: str) -> int:
 
 
 def job_state(pg: ProvingGround, job: int) -> str:
-    out = pg.slurm("scontrol", "show", "job", "-o", str(job), check=False)
-    for part in out.split():
-        if part.startswith("JobState="):
-            return part.split("=", 1)[1]
-    return ""
+    """The job's ``JobState`` word, read from Slurm's JSON ("" once slurmctld forgot the job)."""
+    return slurm_state.job_state(lambda *argv: pg.slurm(*argv, check=False), job)
 
 
 FINAL_JOB_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"})

@@ -1,4 +1,4 @@
-"""Talk to slurmctld through Slurm's own commands (``scontrol``, ``sinfo``, ``squeue``).
+"""Talk to slurmctld through Slurm's own commands (``scontrol``, ``sinfo``).
 
 All Slurm I/O of the bridge goes through :class:`SlurmCli`: argv lists with a timeout, stderr
 captured, failures translated into :mod:`bridge.errors` at this edge:
@@ -28,7 +28,6 @@ from typing import Any, Final
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
 
 from bridge.adapters import slurm_json
-from bridge.adapters.slurm_json import SlurmJob
 from bridge.domain import hostlist
 from bridge.domain.nodes import SlurmNode
 from bridge.errors import BackendError, InvalidInput, TransientBackendError
@@ -61,7 +60,7 @@ _NO_JSON_MARKER: Final = "unrecognized option '--json'"
 class SlurmCli:
     """Slurm's JSON CLI behind a small typed interface.
 
-    ``bin_dir`` holds ``scontrol``, ``sinfo`` and ``squeue`` (absolute paths are used because
+    ``bin_dir`` holds ``scontrol`` and ``sinfo`` (absolute paths are used because
     Slurm hooks run with no ``PATH``); ``conf`` is passed as ``SLURM_CONF`` when set.
     """
 
@@ -104,11 +103,6 @@ class SlurmCli:
                 "slurm.conf sets PrivateData=cloud"
             )
         return nodes
-
-    def list_jobs(self) -> list[SlurmJob]:
-        """Jobs in the queue (id, state, nodes) from ``squeue --json``."""
-        argv = self._argv("squeue", "--json")
-        return slurm_json.parse_squeue(self._fetch(argv), _show(argv))
 
     def update_nodes(self, names: Sequence[str], *, state: str, reason: str | None = None) -> None:
         """Run one ``scontrol update nodename=<hostlist> state=<state> [reason=<reason>]``."""

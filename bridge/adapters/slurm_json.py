@@ -19,7 +19,6 @@ parsers refuse such a document rather than return an empty, misleading node list
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NotRequired, TypedDict, TypeGuard
 
@@ -77,31 +76,6 @@ class ScontrolNodesV0042(TypedDict):
     errors: list[SlurmErrorV0038]
     warnings: list[dict[str, Any]]
     nodes: list[NodeV0042]
-
-
-class JobRaw(TypedDict):
-    """A job in ``squeue --json``: ``job_state`` is a string in 22.05, a list in 24.11."""
-
-    job_id: int
-    job_state: str | list[str]
-    nodes: str
-
-
-class SqueueRaw(TypedDict):
-    """``squeue --json`` of 22.05 and 24.11 (only the fields we read)."""
-
-    errors: list[SlurmErrorV0038]
-    jobs: list[JobRaw]
-
-
-@dataclass(frozen=True)
-class SlurmJob:
-    """One job as ``squeue`` reports it: base state upper-case, flags aside, nodes as a hostlist."""
-
-    job_id: int
-    state: str
-    flags: frozenset[str] = field(default_factory=frozenset)
-    nodes: str = ""
 
 
 # --- Public functions ---------------------------------------------------------------------------
@@ -207,35 +181,6 @@ def parse_scontrol_nodes_v0042(
             ),
         )
     return list(result.values())
-
-
-def parse_squeue(doc: dict[str, Any], what: str = "squeue --json") -> list[SlurmJob]:
-    """Parse ``squeue --json`` of 22.05 (state string) or 24.11 (state list) minimally."""
-    _refuse_reported_errors(doc, what)
-    jobs = []
-    for index, raw in enumerate(_list(doc, "jobs", what)):
-        where = f"{what}: jobs[{index}]"
-        if not isinstance(raw, dict):
-            raise BackendError(f"{where} is not an object")
-        job_id = raw.get("job_id")
-        if not isinstance(job_id, int) or isinstance(job_id, bool):
-            raise BackendError(f"{where}: 'job_id' missing or not an integer")
-        state = raw.get("job_state")
-        if isinstance(state, str):
-            states = [state]
-        elif _is_str_list(state) and state:
-            states = state
-        else:
-            raise BackendError(f"{where} (job {job_id}): 'job_state' missing or malformed")
-        jobs.append(
-            SlurmJob(
-                job_id=job_id,
-                state=states[0].upper(),
-                flags=frozenset(s.upper() for s in states[1:]),
-                nodes=_optional_str(raw, "nodes", where),
-            )
-        )
-    return jobs
 
 
 # --- Field access with errors that say what was missing -----------------------------------------

@@ -15,7 +15,6 @@ from typing import Any
 
 from bridge.adapters.kubernetes import PodGateway
 from bridge.adapters.slurm_cli import SlurmCli, read_slurm_user
-from bridge.config import BridgeConfig
 from bridge.doctor.checks import (
     HOOK_KEYS,
     SLURMD_PORT,
@@ -36,6 +35,7 @@ from bridge.doctor.checks import (
     readable_names,
 )
 from bridge.errors import BackendError, BridgeError, Forbidden
+from bridge.settings import BridgeConfig
 
 
 def python_version(executable: str) -> tuple[int, int] | None:

@@ -12,10 +12,6 @@ from datetime import datetime
 #: Every reason the bridge writes starts with this, so it only ever touches reasons it wrote.
 REASON_PREFIX = "k8s: "
 
-BASE_STATES = frozenset(
-    {"IDLE", "ALLOCATED", "MIXED", "DOWN", "ERROR", "FUTURE", "UNKNOWN", "COMPLETING"}
-)
-
 _SHORT_STATES = {
     "ALLOCATED": "alloc",
     "COMPLETING": "comp",
@@ -86,11 +82,6 @@ class SlurmNode:
     def wants_pod(self) -> bool:
         """Slurm expects a slurmd to be running (or starting) for this node."""
         return not (self.is_powered_down or self.is_powering_down or self.is_down)
-
-    @property
-    def is_up(self) -> bool:
-        """Powered up and past POWERING_UP: its slurmd has registered."""
-        return self.wants_pod and not self.is_powering_up
 
     @property
     def has_our_reason(self) -> bool:

@@ -276,7 +276,9 @@ def _containers_problems(value: object, path: Path) -> list[tuple[Path, str]]:
             problems.append(((*here, "env"), "must be a list"))
             continue
         for j, entry in enumerate(env):
-            if isinstance(entry, Mapping) and entry.get("name") in _OWN_ENV:
+            # A name that is not a string (a list, a mapping) cannot be looked up in a set.
+            name = entry.get("name") if isinstance(entry, Mapping) else None
+            if isinstance(name, str) and name in _OWN_ENV:
                 problems.append(
                     ((*here, "env", j, "name"), f"{entry['name']} is set by the bridge")
                 )

@@ -16,7 +16,6 @@ MANAGED_BY = "slurm-k8s-bridge"
 LABEL_POOL = "slurm-k8s-bridge.io/pool"
 LABEL_NODE = "slurm-k8s-bridge.io/node"
 LABEL_CLUSTER = "slurm-k8s-bridge.io/cluster"
-ANNOTATION_SLURM_STATE = "slurm-k8s-bridge.io/slurm-state"
 
 # Waiting reasons that will not fix themselves in time for a job: fail fast on them.
 FATAL_WAITING_REASONS = frozenset(

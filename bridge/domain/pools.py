@@ -4,14 +4,13 @@ A pool is a Slurm hostlist (``gpu-[0-63]``) plus the node shape Slurm is told (C
 Features, Gres, partition) plus the pod template the bridge fills in for each node. The pod name is
 the Slurm node name, so every node name must also be a valid pod name and hostname.
 
-Validation errors are :class:`PoolError` (a :class:`~bridge.errors.ConfigError`) carrying the field
-that is wrong, so the config loader can point at the file line that holds it.
+Validation errors are :class:`PoolError` (a :class:`~bridge.errors.ConfigError`) carrying the path
+of the field that is wrong, so the config loader can point at the file line that holds it.
 """
 
 from __future__ import annotations
 
 import copy
-import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
+from bridge.domain.field_path import FieldPath, dotted
 from bridge.domain.hostlist import expand
 from bridge.domain.verdict import Patience
 from bridge.errors import ConfigError, HostlistError
@@ -31,23 +31,33 @@ _DNS_LABEL_MAX = 63
 _SLURM_WORD = re.compile(r"[A-Za-z0-9_.:+\-]+")
 # Slurm's Weight is a uint32 with the top values reserved (INFINITE and friends).
 _MAX_WEIGHT = 0xFFFFFFF0
+#: A pool's patience (schedule, image pull) is at most a year: beyond that it is a typo, and
+#: timedelta and the reconcile arithmetic would overflow long before a float does.
+MAX_PATIENCE_S = 365 * 24 * 3600.0
 # slurm.conf treats these names specially (NodeName=DEFAULT, PartitionName=DEFAULT, ...).
 _RESERVED_SLURM_NAMES = frozenset({"default", "all", "localhost"})
 
 
 class PoolError(ConfigError):
-    """A pool is invalid; ``field`` is the pool field at fault (``nodes``, ``cpus``, ...).
+    """A pool is invalid; ``path`` leads to the pool field at fault (``("features", 0)``).
 
     ``pool_index`` is set when the error is about the pool's place in a :class:`PoolSet`
     (duplicate names, a node owned twice); the config loader uses both to find the line.
     """
 
-    def __init__(self, pool: str, field: str, message: str, pool_index: int | None = None) -> None:
-        super().__init__(f"pool {pool!r}: {field}: {message}")
+    def __init__(
+        self, pool: str, path: FieldPath, message: str, pool_index: int | None = None
+    ) -> None:
+        super().__init__(f"pool {pool!r}: {dotted(path)}: {message}")
         self.pool = pool
-        self.field = field
+        self.path = path
         self.reason = message
         self.pool_index = pool_index
+
+    @property
+    def field(self) -> str:
+        """The path as text, as the message shows it (``features[0]``)."""
+        return dotted(self.path)
 
 
 def dns_label_problem(value: str) -> str | None:
@@ -95,6 +105,9 @@ class NodePool:
         template = copy.deepcopy(dict(self.pod_template))
         object.__setattr__(self, "pod_template", MappingProxyType(template))
         self._validate()
+        # Seconds are floats whichever way they were written (300 or 300.0).
+        for field_name in ("schedule_timeout_s", "image_pull_timeout_s"):
+            object.__setattr__(self, field_name, float(getattr(self, field_name)))
 
     @classmethod
     def create(
@@ -117,7 +130,7 @@ class NodePool:
         try:
             names = tuple(expand(nodes))
         except HostlistError as e:
-            raise PoolError(name, "nodes", str(e)) from e
+            raise PoolError(name, ("nodes",), str(e)) from e
         return cls(
             name=name,
             nodes=nodes.strip(),
@@ -134,8 +147,8 @@ class NodePool:
             image_pull_timeout_s=image_pull_timeout_s,
         )
 
-    def _fail(self, field_name: str, message: str) -> PoolError:
-        return PoolError(self.name, field_name, message)
+    def _fail(self, path: str | FieldPath, message: str) -> PoolError:
+        return PoolError(self.name, (path,) if isinstance(path, str) else path, message)
 
     def _validate(self) -> None:
         problem = dns_label_problem(self.name)
@@ -177,7 +190,7 @@ class NodePool:
             for index, word in enumerate(getattr(self, field_name)):
                 if not isinstance(word, str) or not _SLURM_WORD.fullmatch(word):
                     raise self._fail(
-                        f"{field_name}[{index}]",
+                        (field_name, index),
                         f"{word!r} is not a single Slurm word (no blanks, ',' or '=')",
                     )
         if self.weight is not None and (
@@ -190,13 +203,16 @@ class NodePool:
             )
         for field_name in ("schedule_timeout_s", "image_pull_timeout_s"):
             value = getattr(self, field_name)
+            # NaN fails every comparison; a huge int is compared as an int (float() overflows).
             if (
                 isinstance(value, bool)
                 or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value <= 0
+                or not 0 < value <= MAX_PATIENCE_S
             ):
-                raise self._fail(field_name, f"must be a positive number of seconds, got {value!r}")
+                raise self._fail(
+                    field_name,
+                    f"must be a positive number up to {MAX_PATIENCE_S:g} (seconds), got {value!r}",
+                )
 
     @property
     def patience(self) -> Patience:
@@ -230,7 +246,7 @@ class PoolSet:
             if pool.name in names:
                 raise PoolError(
                     pool.name,
-                    "name",
+                    ("name",),
                     f"pools[{names[pool.name]}] already uses this name",
                     pool_index=index,
                 )
@@ -240,7 +256,7 @@ class PoolSet:
                 if other is not None:
                     raise PoolError(
                         pool.name,
-                        "nodes",
+                        ("nodes",),
                         f"node {node!r} is also in pool {other.name!r}; a node belongs to one pool",
                         pool_index=index,
                     )

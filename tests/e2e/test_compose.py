@@ -20,6 +20,7 @@ import yaml
 from proving_ground import bridge_daemon, bridge_image
 from proving_ground.layout import APISERVER_PORT, HOST_IP
 
+from tests import slurm_state
 from tests.conftest import ROOT, ProvingGround
 from tests.e2e.test_deploy_overlays import apply_namespace, policy_objects
 
@@ -187,8 +188,7 @@ def test_compose_runs_a_job(compose: ProvingGround) -> None:
     wait_for("two slurmd pods", lambda: len(compose_pods(compose)) == 2, timeout_s=60)
 
     def job_state() -> str:
-        line = in_container("scontrol", "show", "job", "-o", job)
-        return line.split("JobState=", 1)[1].split()[0]
+        return slurm_state.job_state(lambda *argv: in_container(*argv, check=False), int(job))
 
     wait_for(
         f"job {job} to finish",

@@ -25,6 +25,7 @@ import pytest
 import yaml
 from proving_ground import bridge_daemon, bridge_image
 
+from tests import slurm_state
 from tests.conftest import ROOT, ProvingGround
 
 pytestmark = pytest.mark.e2e
@@ -602,8 +603,7 @@ def test_in_cluster_runs_a_two_node_job(in_cluster: ProvingGround) -> None:
         assert slurmd["resources"] == {"requests": shape, "limits": shape}, node
 
     def job_state() -> str:
-        line = ctld("scontrol", "show", "job", "-o", job)
-        return line.split("JobState=", 1)[1].split()[0]
+        return slurm_state.job_state(lambda *argv: ctld(*argv, check=False), int(job))
 
     wait_for(
         f"job {job} to finish",

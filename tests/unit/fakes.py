@@ -8,6 +8,8 @@ what real slurmctld did in the recordings under ``tests/data/slurm`` (see ``reco
 - ``power_down_force``: the node ends ``idle~`` (IDLE + POWERED_DOWN) with its reason kept;
   slurmctld clears DOWN on the way (``down#`` → ``idle~`` in both 22.05 and 24.11);
 - ``resume``: a DOWN node becomes IDLE with no reason (``down~`` → ``idle~``).
+
+``MINIMAL_CONFIG`` is the configuration file the config, CLI and service tests start from.
 """
 
 from __future__ import annotations
@@ -22,6 +24,18 @@ from bridge.domain.nodes import SlurmNode
 from bridge.domain.pods import PodFailure, PodView, pod_view
 from bridge.domain.verdict import ScaleUpEvent
 from bridge.errors import BackendError, InvalidInput
+
+#: The smallest valid bridge.yaml (one CPU pool, defaults elsewhere); tests append or replace lines.
+MINIMAL_CONFIG = """\
+slurm:
+  conf_server: 10.213.0.1:6817
+pools:
+  - name: cpu
+    nodes: cpu-[0-3]
+    cpus: 2
+    real_memory_mb: 1024
+    image: localhost/slurmd:dev
+"""
 
 _POWER_FLAGS = frozenset({"POWERING_UP", "POWERING_DOWN", "POWER_DOWN", "NOT_RESPONDING"})
 

@@ -35,7 +35,6 @@ from bridge.errors import (
     InvalidInput,
     NoCapacity,
     TransientBackendError,
-    UnknownNode,
 )
 
 
@@ -203,7 +202,6 @@ def test_empty_hostlist_is_invalid_and_never_reaches_use_cases(
             TransientBackendError,
         ),
         (ConfigError("pools.yaml:3"), grpc.StatusCode.FAILED_PRECONDITION, BridgeError),
-        (UnknownNode("x1"), grpc.StatusCode.FAILED_PRECONDITION, BridgeError),
         (NoCapacity("quota"), grpc.StatusCode.FAILED_PRECONDITION, BridgeError),
         (Conflict("pod c1 not ours"), grpc.StatusCode.FAILED_PRECONDITION, BridgeError),
         (Forbidden("rbac"), grpc.StatusCode.FAILED_PRECONDITION, BridgeError),

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bridge.cli import build_parser, format_status, main
+from bridge.cli import build_parser, main
+from bridge.cli_calls import format_status
 from bridge.domain.results import NodeStatus
+from tests.unit.fakes import MINIMAL_CONFIG
 
 SUBCOMMANDS = [
     "serve",
@@ -122,21 +124,9 @@ def test_format_status_with_no_rows_is_the_header() -> None:
     assert format_status([]) == "NODE  POOL  SLURM  POD  POD IP  AGE  REASON"
 
 
-CONFIG = """\
-slurm:
-  conf_server: 10.213.0.1:6817
-pools:
-  - name: cpu
-    nodes: cpu-[0-3]
-    cpus: 2
-    real_memory_mb: 1024
-    image: localhost/slurmd:dev
-"""
-
-
 def test_check_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "bridge.yaml"
-    path.write_text(CONFIG)
+    path.write_text(MINIMAL_CONFIG)
     assert main(["check-config", "-c", str(path)]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"{path}: OK\n")
@@ -147,7 +137,7 @@ def test_check_config_names_the_bad_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "bridge.yaml"
-    path.write_text(CONFIG.replace("cpus: 2", "cpus: two"))
+    path.write_text(MINIMAL_CONFIG.replace("cpus: 2", "cpus: two"))
     assert main(["check-config", "-c", str(path)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("slurm-k8s-bridge check-config: ")
@@ -188,7 +178,7 @@ def fake_slurm(tmp_path: Path, version: str = "24.11.5", fail: bool = False) -> 
     scontrol.write_text("#!/bin/sh\n" + body)
     scontrol.chmod(0o755)
     path = tmp_path / "bridge.yaml"
-    path.write_text(CONFIG.replace("slurm:\n", f"slurm:\n  bin_dir: {bin_dir}\n"))
+    path.write_text(MINIMAL_CONFIG.replace("slurm:\n", f"slurm:\n  bin_dir: {bin_dir}\n"))
     return path
 
 

@@ -2,34 +2,20 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from bridge.config import (
-    BridgeConfig,
-    BridgeSettings,
-    KubernetesSettings,
-    SlurmSettings,
-    check_config,
-    load_config,
-    parse_config,
-)
+from bridge import settings
+from bridge.config import check_config, config_to_yaml, load_config, parse_config
 from bridge.domain.pod_rendering import PodSettings
 from bridge.errors import ConfigError
+from bridge.settings import BridgeConfig, BridgeSettings, KubernetesSettings, SlurmSettings
+from tests.unit.fakes import MINIMAL_CONFIG as MINIMAL
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "bridge.yaml"
-
-MINIMAL = """\
-slurm:
-  conf_server: 10.213.0.1:6817
-pools:
-  - name: cpu
-    nodes: cpu-[0-3]
-    cpus: 2
-    real_memory_mb: 1024
-    image: localhost/slurmd:dev
-"""
 
 
 def test_minimal_file_gets_the_defaults() -> None:
@@ -78,9 +64,9 @@ def test_check_config_summarises(tmp_path: Path) -> None:
 
 def test_round_trip_through_yaml() -> None:
     config = load_config(EXAMPLE, environ={})
-    again = parse_config(config.to_yaml(), "again.yaml")
+    again = parse_config(config_to_yaml(config), "again.yaml")
     assert again == config
-    assert "socket_mode: '0660'" in config.to_yaml()
+    assert "socket_mode: '0660'" in config_to_yaml(config)
 
 
 @pytest.mark.parametrize(
@@ -472,3 +458,50 @@ def test_load_config_reads_no_more_than_the_limit(tmp_path: Path) -> None:
     path.write_text(MINIMAL + "#" * (8 * 1024 * 1024))
     with pytest.raises(ConfigError, match=r"characters, more than the limit of 4194304"):
         load_config(path, environ={})
+
+
+def test_settings_import_neither_pydantic_nor_yaml() -> None:
+    # The hooks import bridge.settings on slurmctld's hot path: it must stay standard library.
+    code = (
+        "import sys, bridge.hooks, bridge.settings; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'yaml')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_one_default_socket_path() -> None:
+    from bridge import cli, client, hooks  # noqa: PLC0415 (grpc loads only for this test)
+
+    assert settings.DEFAULT_TARGET == "unix:" + settings.DEFAULT_SOCKET_PATH
+    assert hooks.DEFAULT_SOCKET == client.DEFAULT_TARGET == cli.DEFAULT_TARGET
+    assert hooks.DEFAULT_SOCKET == settings.DEFAULT_TARGET
+    assert BridgeSettings().socket == settings.DEFAULT_SOCKET_PATH
+
+
+@pytest.mark.parametrize("name", ["[SLURM_NODENAME]", "{a: 1}"])
+def test_template_env_names_that_are_not_strings_raise_no_type_error(name: str) -> None:
+    # Once a TypeError (unhashable list) escaped template_problems instead of a ConfigError.
+    text = (
+        MINIMAL + "    pod_template:\n      spec:\n        containers:\n"
+        f"          - name: slurmd\n            env:\n              - name: {name}\n"
+    )
+    (pool,) = parse_config(text, "bridge.yaml").pools
+    assert pool.pod_template["spec"]["containers"][0]["env"][0]["name"] is not None
+
+
+def test_pool_patience_is_kept_as_float_seconds() -> None:
+    text = MINIMAL + "    schedule_timeout_s: 600\n    image_pull_timeout_s: 2.5\n"
+    (pool,) = parse_config(text, "bridge.yaml").pools
+    assert (pool.schedule_timeout_s, pool.image_pull_timeout_s) == (600.0, 2.5)
+    assert isinstance(pool.schedule_timeout_s, float)
+
+
+def test_allowed_callers_written_as_one_string_are_checked() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(MINIMAL + "bridge:\n  allowed_callers: 'a b'\n", "bridge.yaml")
+    assert str(caught.value) == (
+        "bridge.yaml:10: bridge.allowed_callers: 'a b' is neither a user name nor a uid"
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -36,7 +37,7 @@ class Site:
         self.scontrol_argv = root / "scontrol.argv"
         self.hooks.mkdir()
         self.bin.mkdir()
-        for name in HOOK_NAMES:  # symlinks, so the hooks find the repo (and its .venv) through them
+        for name in HOOK_NAMES:  # symlinks, so the hooks find the repo through them
             (self.hooks / name).symlink_to(PLUGINS / name)
         scontrol = self.bin / "scontrol"
         # Builtins only: the hook's environment has no PATH, and neither has this.
@@ -48,6 +49,8 @@ class Site:
 
     def write_env(self, **extra: str) -> None:
         lines = {
+            # This interpreter, wherever its venv lives (hook.sh would look in <repo>/.venv).
+            "SKB_PYTHON": sys.executable,
             "SKB_SOCKET": f"unix:{self.sock}",
             "SKB_SLURM_BIN": str(self.bin),
             "SKB_HOOK_LOG": f'"{self.log}"',  # quoted on purpose: the parser strips one pair
@@ -417,6 +420,43 @@ def test_strigger_setup_registers_each_event_once(tmp_path: Path) -> None:
     ]
 
 
+def test_strigger_setup_registers_the_given_program(tmp_path: Path) -> None:
+    hook = tmp_path / "bin" / "slurm-k8s-bridge-node-event"
+    hook.parent.mkdir()
+    hook.write_text("#!/bin/sh\n")
+    hook.chmod(0o755)
+    calls = _run_setup(tmp_path, "", "--program", str(hook))
+    assert [c[4] for c in calls] == [f"--program={hook}"] * 4
+
+
+def test_strigger_setup_outside_a_checkout_uses_the_entry_point_or_says_what_to_give(
+    tmp_path: Path,
+) -> None:
+    """A copy of the script with no node_event beside it (as a package installs it) registers
+    slurm-k8s-bridge-node-event from PATH, by absolute path; with none there it names --program."""
+    script = tmp_path / "alone" / "strigger-setup.sh"
+    script.parent.mkdir()
+    script.write_bytes((PLUGINS / "strigger-setup.sh").read_bytes())
+    script.chmod(0o755)
+    fake_bin = tmp_path / "fakebin"
+    fake_bin.mkdir()
+    (fake_bin / "strigger").write_text("#!/bin/sh\nexit 0\n")
+    (fake_bin / "strigger").chmod(0o755)
+    env = {"PATH": f"{fake_bin}:/usr/bin:/bin"}
+    missing = subprocess.run(
+        [str(script), "--dry-run"], env=env, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert missing.returncode == 1
+    assert "give --program" in missing.stderr
+    entry = fake_bin / "slurm-k8s-bridge-node-event"
+    entry.write_text("#!/bin/sh\n")
+    entry.chmod(0o755)
+    found = subprocess.run(
+        [str(script), "--dry-run"], env=env, capture_output=True, text=True, timeout=30, check=True
+    )
+    assert f"--program={entry} down" in found.stdout
+
+
 # --- a too-old interpreter (a stub that reports 3.9) ------------------------------------------
 
 
@@ -466,6 +506,30 @@ def test_new_enough_python_passes_the_check(site: Site, version: str) -> None:
     assert done.returncode == 0
     assert site.scontrol_calls() == []
     assert site.log_lines() == []
+
+
+def test_without_skb_python_the_checkouts_venv_is_used(tmp_path: Path) -> None:
+    # A copy of the hooks in a checkout of their own, whose .venv holds a stub that says 3.9:
+    # the refusal naming that stub shows hook.sh picked <repo>/.venv/bin/python.
+    repo = tmp_path / "repo"
+    shutil.copytree(PLUGINS, repo / "slurm_plugins")
+    python = repo / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\necho 3.9\nexit 0\n")
+    python.chmod(0o755)
+    log = tmp_path / "hooks.log"
+    (repo / "slurm_plugins" / "hooks.env").write_text(f"SKB_HOOK_LOG={log}\n")
+    done = subprocess.run(
+        [str(repo / "slurm_plugins" / "suspend"), "c1"],
+        env={"PWD": str(tmp_path), "SHLVL": "1"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert f"python={python}" in log.read_text()
 
 
 # --- the installed entry points (slurm-k8s-bridge-resume, ...) --------------------------------

@@ -1,4 +1,4 @@
-"""``_translate``: the Kubernetes client's errors become the bridge's own, by HTTP status."""
+"""``translate``: the Kubernetes client's errors become the bridge's own, by HTTP status."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from bridge.adapters.kubernetes import WatchExpired, _translate
+from bridge.adapters.kubernetes.calls import WatchExpired, translate
 from bridge.errors import (
     BackendError,
     Conflict,
@@ -125,15 +125,15 @@ QUOTA = (
         else None
     ),
 )
-def test_translate(error: Exception, kind: type[Exception], message: str) -> None:
-    translated = _translate(error, "create pod cpu-0")
+def testtranslate(error: Exception, kind: type[Exception], message: str) -> None:
+    translated = translate(error, "create pod cpu-0")
     assert type(translated) is kind
     assert str(translated).startswith(message)
 
 
 @pytest.mark.parametrize("status", [403, 409, 410, 422, 429, 500])
 def test_translated_errors_stay_in_our_hierarchy(status: int) -> None:
-    translated = _translate(api_error(status, "m"), "x")
+    translated = translate(api_error(status, "m"), "x")
     assert isinstance(translated, BackendError | InvalidInput)
     # Only the transient class is retried by the adapter.
     assert isinstance(translated, TransientBackendError) is (status in (429, 500))

@@ -11,32 +11,32 @@ def n(state: str, *flags: str, reason: str = "") -> SlurmNode:
     return SlurmNode("cpu-0", state, frozenset({"CLOUD", *flags}), reason)
 
 
-# display, powered_down, powering_up, powering_down, down, drained, wants_pod, up
+# display, powered_down, powering_up, powering_down, down, drained, wants_pod
 @pytest.mark.parametrize(
     ("node", "display", "predicates"),
     [
-        (n("IDLE", "POWERED_DOWN"), "idle~", (1, 0, 0, 0, 0, 0, 0)),
-        (n("ALLOCATED", "POWERED_DOWN"), "alloc~", (1, 0, 0, 0, 0, 0, 0)),
-        (n("ALLOCATED", "POWERING_UP"), "alloc#", (0, 1, 0, 0, 0, 1, 0)),
-        (n("IDLE", "POWERING_UP"), "idle#", (0, 1, 0, 0, 0, 1, 0)),
-        (n("IDLE", "POWERING_DOWN"), "idle%", (0, 0, 1, 0, 0, 0, 0)),
-        (n("ALLOCATED", "POWER_DOWN"), "alloc!", (0, 0, 0, 0, 0, 1, 1)),
-        (n("DOWN", "POWERED_DOWN"), "down~", (1, 0, 0, 1, 0, 0, 0)),
-        (n("DOWN", "POWERING_UP", "NOT_RESPONDING"), "down#", (0, 1, 0, 1, 0, 0, 0)),
-        (n("DOWN"), "down", (0, 0, 0, 1, 0, 0, 0)),
-        (n("DOWN", "NOT_RESPONDING"), "down*", (0, 0, 0, 1, 0, 0, 0)),
-        (n("IDLE", "DRAIN"), "drain", (0, 0, 0, 0, 1, 1, 1)),
-        (n("IDLE", "DRAIN", "POWERED_DOWN"), "drain~", (1, 0, 0, 0, 1, 0, 0)),
-        (n("ALLOCATED", "DRAIN"), "drng", (0, 0, 0, 0, 1, 1, 1)),
-        (n("MIXED", "DRAIN"), "drng", (0, 0, 0, 0, 1, 1, 1)),
-        (n("DOWN", "DRAIN"), "drain", (0, 0, 0, 1, 1, 0, 0)),
-        (n("MIXED"), "mix", (0, 0, 0, 0, 0, 1, 1)),
-        (n("ALLOCATED"), "alloc", (0, 0, 0, 0, 0, 1, 1)),
-        (n("IDLE"), "idle", (0, 0, 0, 0, 0, 1, 1)),
-        (n("IDLE", "NOT_RESPONDING"), "idle*", (0, 0, 0, 0, 0, 1, 1)),
-        (n("COMPLETING"), "comp", (0, 0, 0, 0, 0, 1, 1)),
-        (n("FUTURE"), "futr", (0, 0, 0, 0, 0, 1, 1)),
-        (n("UNKNOWN"), "unk", (0, 0, 0, 0, 0, 1, 1)),
+        (n("IDLE", "POWERED_DOWN"), "idle~", (1, 0, 0, 0, 0, 0)),
+        (n("ALLOCATED", "POWERED_DOWN"), "alloc~", (1, 0, 0, 0, 0, 0)),
+        (n("ALLOCATED", "POWERING_UP"), "alloc#", (0, 1, 0, 0, 0, 1)),
+        (n("IDLE", "POWERING_UP"), "idle#", (0, 1, 0, 0, 0, 1)),
+        (n("IDLE", "POWERING_DOWN"), "idle%", (0, 0, 1, 0, 0, 0)),
+        (n("ALLOCATED", "POWER_DOWN"), "alloc!", (0, 0, 0, 0, 0, 1)),
+        (n("DOWN", "POWERED_DOWN"), "down~", (1, 0, 0, 1, 0, 0)),
+        (n("DOWN", "POWERING_UP", "NOT_RESPONDING"), "down#", (0, 1, 0, 1, 0, 0)),
+        (n("DOWN"), "down", (0, 0, 0, 1, 0, 0)),
+        (n("DOWN", "NOT_RESPONDING"), "down*", (0, 0, 0, 1, 0, 0)),
+        (n("IDLE", "DRAIN"), "drain", (0, 0, 0, 0, 1, 1)),
+        (n("IDLE", "DRAIN", "POWERED_DOWN"), "drain~", (1, 0, 0, 0, 1, 0)),
+        (n("ALLOCATED", "DRAIN"), "drng", (0, 0, 0, 0, 1, 1)),
+        (n("MIXED", "DRAIN"), "drng", (0, 0, 0, 0, 1, 1)),
+        (n("DOWN", "DRAIN"), "drain", (0, 0, 0, 1, 1, 0)),
+        (n("MIXED"), "mix", (0, 0, 0, 0, 0, 1)),
+        (n("ALLOCATED"), "alloc", (0, 0, 0, 0, 0, 1)),
+        (n("IDLE"), "idle", (0, 0, 0, 0, 0, 1)),
+        (n("IDLE", "NOT_RESPONDING"), "idle*", (0, 0, 0, 0, 0, 1)),
+        (n("COMPLETING"), "comp", (0, 0, 0, 0, 0, 1)),
+        (n("FUTURE"), "futr", (0, 0, 0, 0, 0, 1)),
+        (n("UNKNOWN"), "unk", (0, 0, 0, 0, 0, 1)),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
@@ -51,7 +51,6 @@ def test_predicates_and_display_state(
         node.is_down,
         node.is_drained,
         node.wants_pod,
-        node.is_up,
     ) == tuple(bool(p) for p in predicates)
 
 

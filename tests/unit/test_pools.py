@@ -111,3 +111,31 @@ def test_pool_set_rejects_overlaps(second: dict[str, Any], field: str, message: 
     assert str(caught.value) == message
     assert caught.value.field == field
     assert caught.value.pool_index == 1
+
+
+@pytest.mark.parametrize(
+    ("overrides", "path"),
+    [
+        ({"name": "CPU"}, ("name",)),
+        ({"nodes": "cpu-[0-"}, ("nodes",)),
+        ({"features": ("ok", "a,b")}, ("features", 1)),
+        ({"gres": ("gpu:1 x",)}, ("gres", 0)),
+        ({"schedule_timeout_s": 0}, ("schedule_timeout_s",)),
+        ({"schedule_timeout_s": float("nan")}, ("schedule_timeout_s",)),
+        ({"image_pull_timeout_s": 1e300}, ("image_pull_timeout_s",)),
+        ({"image_pull_timeout_s": 10**400}, ("image_pull_timeout_s",)),
+        ({"image_pull_timeout_s": True}, ("image_pull_timeout_s",)),
+    ],
+)
+def test_pool_errors_carry_the_field_path_as_data(
+    overrides: dict[str, Any], path: tuple[str | int, ...]
+) -> None:
+    with pytest.raises(PoolError) as caught:
+        make_pool(**overrides)
+    assert caught.value.path == path
+
+
+def test_pool_set_errors_carry_the_field_path_as_data() -> None:
+    with pytest.raises(PoolError) as caught:
+        PoolSet((make_pool(), make_pool(nodes="gpu-0")))
+    assert (caught.value.path, caught.value.pool_index) == (("name",), 1)

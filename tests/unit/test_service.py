@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bridge.config import BridgeConfig, parse_config
+from bridge.config import parse_config
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.pods import (
     LABEL_CLUSTER,
@@ -34,29 +34,27 @@ from bridge.errors import (
     TransientBackendError,
 )
 from bridge.service import BridgeService
-from tests.unit.fakes import FakePods, FakeSlurm, Update
+from bridge.settings import BridgeConfig
+from tests.unit.fakes import MINIMAL_CONFIG, FakePods, FakeSlurm, Update
 
 NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
 
-CONFIG = """\
+CONFIG = (
+    """\
 cluster_name: lab
-slurm:
-  conf_server: 10.213.0.1:6817
 bridge:
   pod_age_guard_s: 30
   failed_node_hold_s: 60
-pools:
-  - name: cpu
-    nodes: cpu-[0-3]
-    cpus: 2
-    real_memory_mb: 1024
-    image: localhost/slurmd:dev
+"""
+    + MINIMAL_CONFIG
+    + """\
   - name: gpu
     nodes: gpu-[0-1]
     cpus: 8
     real_memory_mb: 4096
     image: localhost/slurmd:dev
 """
+)
 
 
 def config() -> BridgeConfig:

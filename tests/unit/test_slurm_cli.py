@@ -150,14 +150,6 @@ def test_unreachable_then_recovered_is_retried(fake: FakeSlurm) -> None:
     assert len(fake.calls()) == 3
 
 
-def test_list_jobs(fake: FakeSlurm) -> None:
-    fake.command("squeue", {"--json": Reply(stdout=V24 / "squeue-states.json")})
-    assert [(j.job_id, j.state, j.nodes) for j in _cli(fake).list_jobs()] == [
-        (1, "RUNNING", "cloud2"),
-        (2, "RUNNING", "cloud3"),
-    ]
-
-
 def test_update_runs_one_scontrol_with_a_hostlist(fake: FakeSlurm) -> None:
     fake.command("scontrol", {"update": Reply()})
     _cli(fake, conf="/c/slurm.conf").update_nodes(

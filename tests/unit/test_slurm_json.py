@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from bridge.adapters import slurm_json
-from bridge.adapters.slurm_json import SlurmJob
 from bridge.domain.nodes import SlurmNode
 from bridge.errors import BackendError
 
@@ -124,34 +123,6 @@ def test_our_reason_is_recognised(file: str) -> None:
     assert ours == expected
 
 
-@pytest.mark.parametrize(
-    ("file", "jobs"),
-    [
-        (
-            "v22.05/squeue-states.json",
-            [
-                SlurmJob(job_id=1, state="CONFIGURING", nodes="cloud2"),
-                SlurmJob(job_id=2, state="RUNNING", nodes="cloud3"),
-            ],
-        ),
-        (
-            "v24.11/squeue-states.json",
-            [
-                SlurmJob(
-                    job_id=1,
-                    state="RUNNING",
-                    flags=frozenset({"CONFIGURING", "POWER_UP_NODE"}),
-                    nodes="cloud2",
-                ),
-                SlurmJob(job_id=2, state="RUNNING", nodes="cloud3"),
-            ],
-        ),
-    ],
-)
-def test_recorded_squeue(file: str, jobs: list[SlurmJob]) -> None:
-    assert slurm_json.parse_squeue(_load(file)) == jobs
-
-
 def test_sinfo_lists_a_node_once_per_partition_is_deduplicated() -> None:
     doc = _load("v22.05/sinfo-states.json")
     doc["nodes"] = [*doc["nodes"], *doc["nodes"][:3]]
@@ -220,20 +191,6 @@ def test_missing_reason_and_address_are_empty() -> None:
 def test_load_document_rejects_non_objects(text: str, message: str) -> None:
     with pytest.raises(BackendError, match=message):
         slurm_json.load_document(text, "sinfo --json")
-
-
-@pytest.mark.parametrize(
-    ("doc", "message"),
-    [
-        ({"jobs": [{"job_state": "RUNNING"}]}, "'job_id' missing"),
-        ({"jobs": [{"job_id": 1, "job_state": []}]}, "'job_state' missing or malformed"),
-        ({"jobs": [{"job_id": True, "job_state": "RUNNING"}]}, "'job_id' missing"),
-        ({}, "no 'jobs'"),
-    ],
-)
-def test_malformed_squeue(doc: dict[str, Any], message: str) -> None:
-    with pytest.raises(BackendError, match=message):
-        slurm_json.parse_squeue(doc)
 
 
 @pytest.mark.parametrize("file", AFTER_FILES)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from . import kube
 from .layout import APISERVER_PORT, NAMESPACE, Layout
-from .processes import State, start_daemon, stop_daemon, wait_until
+from .processes import State, start_daemon, wait_until
 from .slurm import bridge_config_path
 
 BRIDGE_SOCKET = "/run/slurm-k8s-bridge/bridge.sock"
@@ -110,7 +110,3 @@ def start_bridge(layout: Layout, state: State, config: Path | None = None) -> in
     )
     wait_until("bridge socket", _socket_answers, timeout_s=30, log_path=layout.logs / "bridge.log")
     return pid
-
-
-def stop_bridge(state: State) -> None:
-    stop_daemon(state, "bridge", timeout_s=15)

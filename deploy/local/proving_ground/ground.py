@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -282,7 +281,3 @@ def leftovers(layout: Layout) -> dict[str, list[str]]:
         "netns": sorted(_netns() - before),
         "iptables": network.kube_chains(),
     }
-
-
-def dump_state(layout: Layout) -> str:
-    return json.dumps(State(layout).data, indent=2)

@@ -1,60 +1,35 @@
-"""Kubernetes through the official client: list, watch, create and delete the bridge's pods.
-
-The only module that imports ``kubernetes``. Library errors become ``bridge.errors`` here, with
-``raise ... from e``; only the transient class (connection errors, 5xx, 429) is retried.
-Manifests travel as plain JSON dicts (``_preload_content=False``) so the domain reads exactly
-what the API server sent.
-"""
+"""``PodGateway``: the bridge's pods in one namespace (list, watch, create, delete), the
+autoscaler's Events about them, and the access checks ``doctor`` makes."""
 
 from __future__ import annotations
 
 import functools
 import json
 import logging
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
-import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
-from tenacity import (
-    retry,
-    retry_if_exception_type,
-    stop_after_attempt,
-    stop_after_delay,
-    wait_exponential,
-)
 
+from bridge.adapters.kubernetes.calls import (
+    TRANSPORT_ERRORS,
+    call,
+    call_within,
+    is_not_found,
+    translate,
+)
+from bridge.adapters.kubernetes.watch import PodEvent, watch_pods
 from bridge.domain.pods import LABEL_CLUSTER, LABEL_MANAGED_BY, MANAGED_BY, PodView, pod_view
 from bridge.domain.verdict import SCALE_UP_REASONS, ScaleUpEvent
-from bridge.errors import (
-    BackendError,
-    Conflict,
-    Forbidden,
-    InvalidInput,
-    NoCapacity,
-    TransientBackendError,
-)
+from bridge.errors import BackendError, Conflict, InvalidInput
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
-
-class WatchExpired(BackendError):
-    """The watch's resourceVersion is too old (410 Gone): list again and watch from there."""
-
-
-@dataclass(frozen=True)
-class PodEvent:
-    """One watch event: ``kind`` is ADDED, MODIFIED or DELETED."""
-
-    kind: str
-    pod: PodView
+#: Default budget of one pod delete, retries included (see PodGateway.delete_budget_s).
+DELETE_BUDGET_S = 5.0
 
 
 def scale_up_event(item: Mapping[str, Any]) -> ScaleUpEvent | None:
@@ -68,81 +43,6 @@ def scale_up_event(item: Mapping[str, Any]) -> ScaleUpEvent | None:
         return None
     moment = datetime.fromisoformat(at.replace("Z", "+00:00"))
     return ScaleUpEvent(uid, reason, str(item.get("message") or ""), moment)
-
-
-def _translate(e: Exception, what: str) -> BackendError | InvalidInput:
-    if isinstance(e, ApiException):
-        status = int(e.status or 0)
-        detail = _api_message(e)
-        if "exceeded quota" in detail:  # ResourceQuota says no with a 403
-            return NoCapacity(f"{what}: {detail}")
-        if status == 403:
-            return Forbidden(f"{what}: forbidden: {detail}")
-        if status == 409:
-            return Conflict(f"{what}: {detail}")
-        if status == 410:
-            return WatchExpired(f"{what}: {detail}")
-        if status in (400, 422):
-            return InvalidInput(f"{what}: rejected by the API server: {detail}")
-        if status == 429 or status >= 500 or status == 0:
-            return TransientBackendError(f"{what}: HTTP {status}: {detail}")
-        return BackendError(f"{what}: HTTP {status}: {detail}")
-    return TransientBackendError(f"{what}: {type(e).__name__}: {e}")
-
-
-def _api_message(e: ApiException) -> str:
-    try:
-        body = json.loads(e.body or "{}")
-    except ValueError:
-        return str(e.reason)
-    return str(body.get("message") or e.reason)
-
-
-_TRANSPORT_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
-
-#: Default budget of one pod delete, retries included (see PodGateway.delete_budget_s).
-DELETE_BUDGET_S = 5.0
-
-_retry_transient = retry(
-    retry=retry_if_exception_type(TransientBackendError),
-    stop=stop_after_attempt(4),
-    wait=wait_exponential(multiplier=0.2, max=2),
-    reraise=True,
-)
-
-
-def _call(what: str, fn: Callable[[], T]) -> T:
-    @_retry_transient
-    def attempt() -> T:
-        try:
-            return fn()
-        except _TRANSPORT_ERRORS as e:
-            raise _translate(e, what) from e
-
-    return attempt()
-
-
-def _call_within(what: str, budget_s: float, fn: Callable[[float], T]) -> T:
-    """Like :func:`_call`, but every attempt and the waits between them fit in ``budget_s``:
-    ``fn(timeout)`` gets what is left of it as its request timeout."""
-    deadline = time.monotonic() + budget_s
-
-    @retry(
-        retry=retry_if_exception_type(TransientBackendError),
-        stop=stop_after_attempt(4) | stop_after_delay(budget_s),
-        wait=wait_exponential(multiplier=0.2, max=2),
-        reraise=True,
-    )
-    def attempt() -> T:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0.05:
-            raise TransientBackendError(f"{what}: no time left in its {budget_s:g} s budget")
-        try:
-            return fn(remaining)
-        except _TRANSPORT_ERRORS as e:
-            raise _translate(e, what) from e
-
-    return attempt()
 
 
 class PodGateway:
@@ -202,7 +102,7 @@ class PodGateway:
 
     def list_pods(self) -> tuple[list[PodView], str]:
         """Our pods and the list's resourceVersion (to watch from)."""
-        response = _call(
+        response = call(
             "list pods",
             lambda: self._api.list_namespaced_pod(
                 self.namespace,
@@ -225,77 +125,14 @@ class PodGateway:
         dropped or stalled connection, a malformed event. The answer to all of them is the same:
         list again, then watch from the list's resourceVersion.
         """
-        # The stream is read here rather than through kubernetes.watch.Watch: with
-        # deserialize=False its stream() raises KeyError('raw_object') on an ERROR event
-        # (kubernetes 37.0.2), losing the Status inside, so a 410 looked like a crash.
-        try:
-            response = self._api.list_namespaced_pod(
-                self.namespace,
-                label_selector=self.selector,
-                resource_version=resource_version,
-                timeout_seconds=timeout_s,
-                allow_watch_bookmarks=False,
-                watch=True,
-                _preload_content=False,
-                # The server ends the watch after timeout_s; silence well beyond that is a
-                # connection that died without a FIN or RST.
-                _request_timeout=(self._timeout, timeout_s + self._timeout),
-            )
-        except _TRANSPORT_ERRORS as e:
-            raise _translate(e, "watch pods") from e
-        try:
-            for line in self._watch_lines(response.stream(amt=None, decode_content=False)):
-                event = self._watch_event(line)
-                if event is not None:
-                    yield event
-        except _TRANSPORT_ERRORS as e:
-            raise _translate(e, "watch pods") from e
-        finally:
-            response.close()
-            response.release_conn()
-
-    @staticmethod
-    def _watch_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
-        """The stream's lines (one JSON event each), however the chunks split them."""
-        pending = b""
-        for chunk in chunks:
-            *lines, pending = (pending + chunk).split(b"\n")
-            yield from lines
-        if pending.strip():
-            raise TransientBackendError(
-                f"watch pods: the stream ended inside an event: {pending[:200]!r}"
-            )
-
-    @staticmethod
-    def _watch_event(line: bytes) -> PodEvent | None:
-        """One line of the stream as a pod event; None for a line that carries no pod change
-        (blank, BOOKMARK). An ERROR event or a malformed line raises (see :meth:`watch`)."""
-        if not line.strip():
-            return None
-        try:
-            event = json.loads(line)
-        except ValueError as e:
-            raise TransientBackendError(f"watch pods: event is not JSON: {line[:200]!r}") from e
-        obj = event.get("object") if isinstance(event, dict) else None
-        kind = event.get("type") if isinstance(event, dict) else None
-        if not isinstance(obj, dict) or not isinstance(kind, str):
-            raise TransientBackendError(f"watch pods: malformed event: {line[:200]!r}")
-        if kind == "ERROR":  # obj is a Status: {"code": 410, "reason": "Expired", ...}
-            code, reason = obj.get("code"), obj.get("reason")
-            what = f"watch pods: ERROR event {code} {reason}: {obj.get('message')}"
-            if code in (410, "410") or reason in ("Expired", "Gone"):
-                raise WatchExpired(what)
-            raise TransientBackendError(what)
-        if kind == "BOOKMARK":
-            return None
-        if kind not in ("ADDED", "MODIFIED", "DELETED"):
-            raise TransientBackendError(f"watch pods: unknown event type {kind!r}")
-        try:
-            return PodEvent(kind, pod_view(obj))
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise TransientBackendError(
-                f"watch pods: malformed {kind} event: {type(e).__name__}: {e}"
-            ) from e
+        return watch_pods(
+            self._api,
+            namespace=self.namespace,
+            selector=self.selector,
+            resource_version=resource_version,
+            timeout_s=timeout_s,
+            request_timeout_s=self._timeout,
+        )
 
     # -- writing ---------------------------------------------------------------------------------
 
@@ -303,7 +140,7 @@ class PodGateway:
         """Create the pod; False when a pod of ours by that name exists already (idempotent)."""
         name = str(manifest["metadata"]["name"])
         try:
-            _call(
+            call(
                 f"create pod {name}",
                 lambda: self._api.create_namespaced_pod(
                     self.namespace, dict(manifest), _request_timeout=self._timeout
@@ -319,7 +156,7 @@ class PodGateway:
         return True
 
     def _is_ours(self, name: str) -> bool:
-        response = _call(
+        response = call(
             f"read pod {name}",
             lambda: self._api.read_namespaced_pod(
                 name, self.namespace, _preload_content=False, _request_timeout=self._timeout
@@ -340,7 +177,7 @@ class PodGateway:
             preconditions=k8s.V1Preconditions(uid=uid) if uid else None,
         )
         try:
-            _call_within(
+            call_within(
                 f"delete pod {name}",
                 self.delete_budget_s,
                 lambda timeout: self._api.delete_namespaced_pod(
@@ -348,7 +185,7 @@ class PodGateway:
                 ),
             )
         except BackendError as e:
-            if isinstance(e.__cause__, ApiException) and e.__cause__.status == 404:
+            if is_not_found(e):
                 return False
             if uid and isinstance(e, Conflict):
                 log.info("pod %s: not deleted, it is no longer UID %s (a successor)", name, uid)
@@ -359,14 +196,14 @@ class PodGateway:
     def pod_exists(self, name: str) -> bool:
         """Whether a pod of that name exists now (a read, not the watch's or a list's view)."""
         try:
-            _call(
+            call(
                 f"read pod {name}",
                 lambda: self._api.read_namespaced_pod(
                     name, self.namespace, _preload_content=False, _request_timeout=self._timeout
                 ),
             )
         except BackendError as e:
-            if isinstance(e.__cause__, ApiException) and e.__cause__.status == 404:
+            if is_not_found(e):
                 return False
             raise
         return True
@@ -377,7 +214,7 @@ class PodGateway:
         found: list[ScaleUpEvent] = []
         for reason in sorted(SCALE_UP_REASONS):
             selector = f"involvedObject.kind=Pod,reason={reason}"
-            response = _call(
+            response = call(
                 f"list {reason} events",
                 functools.partial(
                     self._api.list_namespaced_event,
@@ -420,8 +257,8 @@ class PodGateway:
         }
         try:
             self._api.create_namespaced_event(self.namespace, event, _request_timeout=self._timeout)
-        except _TRANSPORT_ERRORS as e:
-            log.warning("event %s for pod %s not recorded: %s", reason, pod, _translate(e, "event"))
+        except TRANSPORT_ERRORS as e:
+            log.warning("event %s for pod %s not recorded: %s", reason, pod, translate(e, "event"))
 
     def create_pods(
         self, manifests: Sequence[Mapping[str, Any]]
@@ -470,7 +307,7 @@ class PodGateway:
             "kind": "SelfSubjectRulesReview",
             "spec": {"namespace": self.namespace},
         }
-        response = _call(
+        response = call(
             "review own access rules",
             lambda: api.create_self_subject_rules_review(
                 body, _preload_content=False, _request_timeout=self._timeout
@@ -491,7 +328,7 @@ class PodGateway:
             "kind": "SelfSubjectAccessReview",
             "spec": {"resourceAttributes": attributes},
         }
-        response = _call(
+        response = call(
             f"review access to {verb} {resource}",
             lambda: api.create_self_subject_access_review(
                 body, _preload_content=False, _request_timeout=self._timeout
@@ -521,9 +358,9 @@ class PodGateway:
 
     def _exists(self, what: str, read: Callable[[], Any]) -> bool:
         try:
-            response = _call(what, read)
+            response = call(what, read)
         except BackendError as e:
-            if isinstance(e.__cause__, ApiException) and e.__cause__.status == 404:
+            if is_not_found(e):
                 return False
             raise
         response.release_conn()

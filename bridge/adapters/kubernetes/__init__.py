@@ -1,0 +1,19 @@
+"""Kubernetes through the official client: list, watch, create and delete the bridge's pods.
+
+The only package that imports ``kubernetes``. Library errors become ``bridge.errors`` here, with
+``raise ... from e``; only the transient class (connection errors, 5xx, 429) is retried.
+Manifests travel as plain JSON dicts (``_preload_content=False``) so the domain reads exactly
+what the API server sent.
+
+* :mod:`.calls`: one API call: errors translated, transient ones retried (within a budget);
+* :mod:`.watch`: the pod watch stream read line by line into :class:`PodEvent`;
+* :mod:`.gateway`: :class:`PodGateway`, the operations the service and ``doctor`` use.
+"""
+
+from __future__ import annotations
+
+from bridge.adapters.kubernetes.calls import WatchExpired
+from bridge.adapters.kubernetes.gateway import DELETE_BUDGET_S, PodGateway, scale_up_event
+from bridge.adapters.kubernetes.watch import PodEvent
+
+__all__ = ["DELETE_BUDGET_S", "PodEvent", "PodGateway", "WatchExpired", "scale_up_event"]

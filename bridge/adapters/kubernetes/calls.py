@@ -1,0 +1,115 @@
+"""One Kubernetes API call: library errors translated into ``bridge.errors``, transient ones
+retried with tenacity (a fixed number of attempts, or as many as fit in a time budget)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import urllib3
+from kubernetes.client.exceptions import ApiException
+from tenacity import (
+    retry,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
+
+from bridge.errors import (
+    BackendError,
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NoCapacity,
+    TransientBackendError,
+)
+
+T = TypeVar("T")
+
+#: What the client raises when a call fails: an HTTP status, or the connection itself.
+TRANSPORT_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
+
+
+class WatchExpired(BackendError):
+    """The watch's resourceVersion is too old (410 Gone): list again and watch from there."""
+
+
+def translate(e: Exception, what: str) -> BackendError | InvalidInput:
+    """The bridge's error for a client error, by HTTP status; ``what`` names the call."""
+    if isinstance(e, ApiException):
+        status = int(e.status or 0)
+        detail = _api_message(e)
+        if "exceeded quota" in detail:  # ResourceQuota says no with a 403
+            return NoCapacity(f"{what}: {detail}")
+        if status == 403:
+            return Forbidden(f"{what}: forbidden: {detail}")
+        if status == 409:
+            return Conflict(f"{what}: {detail}")
+        if status == 410:
+            return WatchExpired(f"{what}: {detail}")
+        if status in (400, 422):
+            return InvalidInput(f"{what}: rejected by the API server: {detail}")
+        if status == 429 or status >= 500 or status == 0:
+            return TransientBackendError(f"{what}: HTTP {status}: {detail}")
+        return BackendError(f"{what}: HTTP {status}: {detail}")
+    return TransientBackendError(f"{what}: {type(e).__name__}: {e}")
+
+
+def is_not_found(e: BackendError) -> bool:
+    """Whether the translated error was the API server's 404."""
+    return isinstance(e.__cause__, ApiException) and e.__cause__.status == 404
+
+
+def _api_message(e: ApiException) -> str:
+    try:
+        body = json.loads(e.body or "{}")
+    except ValueError:
+        return str(e.reason)
+    return str(body.get("message") or e.reason)
+
+
+_retry_transient = retry(
+    retry=retry_if_exception_type(TransientBackendError),
+    stop=stop_after_attempt(4),
+    wait=wait_exponential(multiplier=0.2, max=2),
+    reraise=True,
+)
+
+
+def call(what: str, fn: Callable[[], T]) -> T:
+    """``fn()``, its errors translated, transient ones tried up to four times."""
+
+    @_retry_transient
+    def attempt() -> T:
+        try:
+            return fn()
+        except TRANSPORT_ERRORS as e:
+            raise translate(e, what) from e
+
+    return attempt()
+
+
+def call_within(what: str, budget_s: float, fn: Callable[[float], T]) -> T:
+    """Like :func:`call`, but every attempt and the waits between them fit in ``budget_s``:
+    ``fn(timeout)`` gets what is left of it as its request timeout."""
+    deadline = time.monotonic() + budget_s
+
+    @retry(
+        retry=retry_if_exception_type(TransientBackendError),
+        stop=stop_after_attempt(4) | stop_after_delay(budget_s),
+        wait=wait_exponential(multiplier=0.2, max=2),
+        reraise=True,
+    )
+    def attempt() -> T:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0.05:
+            raise TransientBackendError(f"{what}: no time left in its {budget_s:g} s budget")
+        try:
+            return fn(remaining)
+        except TRANSPORT_ERRORS as e:
+            raise translate(e, what) from e
+
+    return attempt()

@@ -1,0 +1,18 @@
+"""The gRPC edge: :mod:`.servicer` maps RPCs onto the use cases, :mod:`.server` serves it.
+
+The names below are what the composition root (``bridge.app``), the benchmarks and the tests use.
+"""
+
+from bridge.api.server import MAX_MESSAGE_BYTES, BridgeServer, TlsServerFiles, build_server
+from bridge.api.servicer import SERVICE_NAME, BridgeServicer, BridgeUseCases, status_code_for
+
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "SERVICE_NAME",
+    "BridgeServer",
+    "BridgeServicer",
+    "BridgeUseCases",
+    "TlsServerFiles",
+    "build_server",
+    "status_code_for",
+]

@@ -1,0 +1,256 @@
+"""The gRPC servicer: translates proto requests into use-case calls and domain results back.
+
+Nothing here decides anything. The servicer checks the transport contract (required fields,
+enum values), calls the :class:`BridgeUseCases` object it was given, maps per-node results onto
+the proto one to one (through :mod:`bridge.wire`), maps the bridge's errors onto gRPC status
+codes, and logs one line per request.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import NoReturn, Protocol
+
+import grpc
+
+from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
+from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
+from bridge.domain.results import NodeResult, NodeStatus, Outcome
+from bridge.errors import (
+    BackendError,
+    BridgeError,
+    CallerNotAllowed,
+    ConfigError,
+    InvalidInput,
+    TransientBackendError,
+)
+from bridge.wire import ERROR_METADATA_KEY, node_event_kind_from_pb, result_to_pb, status_to_pb
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Bridge"].full_name
+
+
+class BridgeUseCases(Protocol):
+    """What the servicer needs from the service layer; one method per RPC."""
+
+    def resume(self, hostlist: str, resume_file: str, request_id: str) -> list[NodeResult]:
+        """Back every node of ``hostlist`` with a pod."""
+        ...
+
+    def suspend(self, hostlist: str, request_id: str) -> list[NodeResult]:
+        """Remove the pods of ``hostlist``."""
+        ...
+
+    def resume_failed(self, hostlist: str, request_id: str) -> list[NodeResult]:
+        """Clean up after Slurm gave up resuming ``hostlist``."""
+        ...
+
+    def node_event(
+        self, kind: str, hostlist: str, reason: str, request_id: str
+    ) -> list[NodeResult]:
+        """React to a strigger node event (``kind``: down, drain, fail, up, idle)."""
+        ...
+
+    def list_nodes(self, hostlist: str) -> list[NodeStatus]:
+        """Slurm and Kubernetes state of ``hostlist`` (every pool's nodes when empty)."""
+        ...
+
+
+def status_code_for(exc: BaseException) -> grpc.StatusCode:
+    """The gRPC status a whole-call failure maps to (see the proto header)."""
+    if isinstance(exc, InvalidInput):
+        return grpc.StatusCode.INVALID_ARGUMENT
+    if isinstance(exc, CallerNotAllowed):
+        return grpc.StatusCode.PERMISSION_DENIED
+    if isinstance(exc, TransientBackendError):
+        return grpc.StatusCode.UNAVAILABLE
+    if isinstance(exc, ConfigError | BackendError):
+        return grpc.StatusCode.FAILED_PRECONDITION
+    return grpc.StatusCode.INTERNAL
+
+
+def _new_request_id() -> str:
+    return "srv-" + os.urandom(6).hex()
+
+
+class BridgeServicer(pb_grpc.BridgeServicer):
+    """Implements ``slurm_k8s_bridge.v1.Bridge`` on top of a :class:`BridgeUseCases`."""
+
+    def __init__(
+        self, use_cases: BridgeUseCases, *, allowed_client_names: frozenset[str] = frozenset()
+    ) -> None:
+        self._use_cases = use_cases
+        #: Over TCP: the client certificate's CN or a SAN must be one of these (empty: any
+        #: certificate the client CA signed). Unix socket callers are checked by the peer gate.
+        self._allowed_client_names = allowed_client_names
+
+    def _check_caller(self, context: grpc.ServicerContext) -> None:
+        if not self._allowed_client_names:
+            return
+        # grpc-stubs types the values as bytes; grpcio gives lists of bytes.
+        auth: dict[str, list[bytes]] = dict(context.auth_context())  # type: ignore[arg-type]
+        if auth.get("transport_security_type") != [b"ssl"]:
+            return  # the Unix socket: the peer gate decided already
+        names = {
+            v.decode("utf-8", "replace")
+            for key in ("x509_common_name", "x509_subject_alternative_name")
+            for v in auth.get(key, ())
+        }
+        if not names & self._allowed_client_names:
+            raise CallerNotAllowed(
+                f"client certificate {sorted(names)} is not in bridge.tls_client_names"
+            )
+
+    def ResumeNodes(  # noqa: N802 (gRPC method name)
+        self, request: pb.ResumeNodesRequest, context: grpc.ServicerContext
+    ) -> pb.ResumeNodesResponse:
+        """See the proto."""
+        results, rid = self._mutate(
+            "ResumeNodes",
+            request.hostlist,
+            request.request_id,
+            context,
+            lambda rid: self._use_cases.resume(request.hostlist, request.resume_file, rid),
+        )
+        return pb.ResumeNodesResponse(results=results, request_id=rid)
+
+    def SuspendNodes(  # noqa: N802
+        self, request: pb.SuspendNodesRequest, context: grpc.ServicerContext
+    ) -> pb.SuspendNodesResponse:
+        """See the proto."""
+        results, rid = self._mutate(
+            "SuspendNodes",
+            request.hostlist,
+            request.request_id,
+            context,
+            lambda rid: self._use_cases.suspend(request.hostlist, rid),
+        )
+        return pb.SuspendNodesResponse(results=results, request_id=rid)
+
+    def ResumeFailed(  # noqa: N802
+        self, request: pb.ResumeFailedRequest, context: grpc.ServicerContext
+    ) -> pb.ResumeFailedResponse:
+        """See the proto."""
+        results, rid = self._mutate(
+            "ResumeFailed",
+            request.hostlist,
+            request.request_id,
+            context,
+            lambda rid: self._use_cases.resume_failed(request.hostlist, rid),
+        )
+        return pb.ResumeFailedResponse(results=results, request_id=rid)
+
+    def NodeEvent(  # noqa: N802
+        self, request: pb.NodeEventRequest, context: grpc.ServicerContext
+    ) -> pb.NodeEventResponse:
+        """See the proto."""
+
+        def call(rid: str) -> list[NodeResult]:
+            kind = node_event_kind_from_pb(request.kind)
+            if kind is None:
+                raise InvalidInput(f"kind: {request.kind} is not a known node event kind")
+            return self._use_cases.node_event(kind, request.hostlist, request.reason, rid)
+
+        results, rid = self._mutate(
+            "NodeEvent", request.hostlist, request.request_id, context, call
+        )
+        return pb.NodeEventResponse(results=results, request_id=rid)
+
+    def ListNodes(  # noqa: N802
+        self, request: pb.ListNodesRequest, context: grpc.ServicerContext
+    ) -> pb.ListNodesResponse:
+        """See the proto."""
+        rid = _new_request_id()
+        start = time.monotonic()
+        try:
+            self._check_caller(context)
+            nodes = self._use_cases.list_nodes(request.hostlist)
+        except Exception as e:  # every failure must become a status, not a stack trace
+            self._abort(
+                context, rpc="ListNodes", rid=rid, hostlist=request.hostlist, exc=e, start=start
+            )
+        log.info(
+            "ListNodes request_id=%s hostlist=%s nodes=%d elapsed_ms=%.1f",
+            rid,
+            request.hostlist or "-",
+            len(nodes),
+            (time.monotonic() - start) * 1000,
+        )
+        return pb.ListNodesResponse(nodes=[status_to_pb(n) for n in nodes])
+
+    def _mutate(
+        self,
+        rpc: str,
+        hostlist: str,
+        request_id: str,
+        context: grpc.ServicerContext,
+        call: Callable[[str], list[NodeResult]],
+    ) -> tuple[list[pb.NodeResult], str]:
+        """Run one mutating use case: validate, call, log one line, map results or abort."""
+        rid = request_id or _new_request_id()
+        start = time.monotonic()
+        try:
+            self._check_caller(context)
+            if not hostlist.strip():
+                raise InvalidInput("hostlist: required, got an empty string")
+            results = call(rid)
+        except Exception as e:  # every failure must become a status, not a stack trace
+            self._abort(context, rpc=rpc, rid=rid, hostlist=hostlist, exc=e, start=start)
+        counts = {o: 0 for o in Outcome}
+        for r in results:
+            counts[r.outcome] += 1
+        log.info(
+            "%s request_id=%s hostlist=%s nodes=%d ok=%d rejected=%d failed=%d elapsed_ms=%.1f",
+            rpc,
+            rid,
+            hostlist,
+            len(results),
+            counts[Outcome.OK],
+            counts[Outcome.REJECTED],
+            counts[Outcome.FAILED],
+            (time.monotonic() - start) * 1000,
+        )
+        return [result_to_pb(r) for r in results], rid
+
+    @staticmethod
+    def _abort(
+        context: grpc.ServicerContext,
+        *,
+        rpc: str,
+        rid: str,
+        hostlist: str,
+        exc: Exception,
+        start: float,
+    ) -> NoReturn:
+        """Log the failure and end the call with the mapped status (and our metadata marker)."""
+        code = status_code_for(exc)
+        elapsed_ms = (time.monotonic() - start) * 1000
+        if isinstance(exc, BridgeError):
+            message = str(exc)
+            log.warning(
+                "%s request_id=%s hostlist=%s status=%s error=%s message=%s elapsed_ms=%.1f",
+                rpc,
+                rid,
+                hostlist or "-",
+                code.name,
+                type(exc).__name__,
+                message,
+                elapsed_ms,
+            )
+            context.set_trailing_metadata(((ERROR_METADATA_KEY, type(exc).__name__),))
+        else:
+            message = f"internal error: {type(exc).__name__}: {exc}"
+            log.exception(
+                "%s request_id=%s hostlist=%s status=%s bug=%s elapsed_ms=%.1f",
+                rpc,
+                rid,
+                hostlist or "-",
+                code.name,
+                type(exc).__name__,
+                elapsed_ms,
+            )
+        context.abort(code, f"{message} (request_id={rid})")

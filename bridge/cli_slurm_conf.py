@@ -1,0 +1,266 @@
+"""``render-slurm-conf``: the slurm.conf lines for the bridge's pools, and ``--check`` against
+the running slurmctld; the hook programs those lines name are found and vetted here."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bridge.errors import BridgeError
+
+if TYPE_CHECKING:
+    from bridge.domain.slurm_conf import GlobalChange
+    from bridge.settings import BridgeConfig
+
+
+#: The hook executables of each kind: in a checkout (slurm_plugins/) and as installed entry points.
+HOOK_PROGRAMS = {
+    "resume": ("resume", "slurm-k8s-bridge-resume"),
+    "suspend": ("suspend", "slurm-k8s-bridge-suspend"),
+    "resume_fail": ("resume_fail", "slurm-k8s-bridge-resume-fail"),
+}
+
+
+def default_hook_programs() -> dict[str, Path]:
+    """The hooks of the install this runs from: a checkout's ``slurm_plugins/``, else the
+    console scripts pip put next to this interpreter (a venv's ``bin/``)."""
+    import sysconfig
+
+    checkout = Path(__file__).resolve().parent.parent / "slurm_plugins"
+    if (checkout / "hook.sh").is_file():
+        return {kind: checkout / names[0] for kind, names in HOOK_PROGRAMS.items()}
+    scripts = Path(sysconfig.get_path("scripts"))
+    return {kind: scripts / names[1] for kind, names in HOOK_PROGRAMS.items()}
+
+
+def check_program(path: Path) -> str | None:
+    """Why slurmctld could not run ``path`` (it refuses group/world-writable files), or None."""
+    if not path.is_file():
+        return f"{path} does not exist"
+    if not os.access(path, os.X_OK):
+        return f"{path} is not executable"
+    if path.stat().st_mode & 0o022:
+        return f"{path} is group- or world-writable (slurmctld refuses it)"
+    return None
+
+
+def _hook_programs(args: argparse.Namespace) -> dict[str, Path]:
+    """The three programs the render names; refuses any slurmctld could not run."""
+    programs = default_hook_programs()
+    if args.hooks_dir:
+        hooks = Path(args.hooks_dir).resolve()
+        programs = {kind: hooks / names[0] for kind, names in HOOK_PROGRAMS.items()}
+    for kind, given in (
+        ("resume", args.resume_program),
+        ("suspend", args.suspend_program),
+        ("resume_fail", args.resume_fail_program),
+    ):
+        if given:
+            programs[kind] = Path(given)
+    for kind, path in programs.items():
+        problem = check_program(path)
+        if problem:
+            raise BridgeError(
+                f"{HOOK_PROGRAMS[kind][0]} program: {problem}; install the package's hooks "
+                "or name them with --hooks-dir/--resume-program/--suspend-program/"
+                "--resume-fail-program"
+            )
+    return programs
+
+
+def render_slurm_conf(args: argparse.Namespace, config: BridgeConfig) -> int:
+    """``render-slurm-conf`` for ``config``: print the lines to Include, or with ``--check``
+    compare the render's globals with the running slurmctld's."""
+    from bridge.adapters.slurm_cli import SlurmCli
+    from bridge.domain import slurm_conf as sc
+
+    slurm = config.slurm
+    programs = _hook_programs(args)
+    live: dict[str, str] | None = None
+    if args.check or args.slurmctld_parameters is None or not args.slurm_version:
+        cli = SlurmCli(slurm.bin_dir, slurm.command_timeout_s, slurm.conf, attempts=1)
+        try:
+            live = cli.show_config()
+        except BridgeError as e:
+            raise BridgeError(
+                f"cannot read the running configuration ({e}); to render without a running "
+                "slurmctld give --slurm-version and the site's SlurmctldParameters with "
+                "--slurmctld-parameters (an empty string for none)"
+            ) from e
+    version = args.slurm_version or (live or {}).get("SLURM_VERSION", "")
+    site = live or {}
+    site_params = (
+        args.slurmctld_parameters
+        if args.slurmctld_parameters is not None
+        else site.get("SlurmctldParameters", "")
+    )
+    text = sc.render_slurm_conf(
+        config.pools,
+        resume_program=str(programs["resume"]),
+        suspend_program=str(programs["suspend"]),
+        resume_fail_program=str(programs["resume_fail"]),
+        slurm_version=version,
+        site_slurmctld_parameters=sc.split_list(site_params),
+        suspend_time=args.suspend_time,
+        suspend_timeout=args.suspend_timeout,
+        resume_timeout=args.resume_timeout,
+        global_suspend_time_infinite=args.global_suspend_time_infinite,
+        resume_rate=args.resume_rate,
+        suspend_rate=args.suspend_rate,
+        config_overrides=args.config_overrides,
+        site_slurmd_parameters=sc.split_list(site.get("SlurmdParameters")),
+        private_data_cloud=args.private_data_cloud,
+        site_private_data=sc.split_list(site.get("PrivateData")),
+        tree_width=args.tree_width,
+        site_gres_types=sc.split_list(site.get("GresTypes")),
+        default_partition=args.default_partition,
+        return_to_service=args.return_to_service,
+        source=config.source,
+    )
+    series = sc.series_of(version)
+    if series == "22.05" and not args.private_data_cloud:
+        hidden = "cloud" not in {w.lower() for w in sc.split_list(site.get("PrivateData"))}
+        if live is None or hidden:
+            print(
+                "slurm-k8s-bridge render-slurm-conf: warning: Slurm 22.05 hides CLOUD nodes "
+                "from sinfo/scontrol (the bridge's too) unless PrivateData has `cloud`; "
+                "add --private-data-cloud if the site's PrivateData lacks it",
+                file=sys.stderr,
+            )
+    if not args.check:
+        print(text, end="")
+        return 0
+    return _report_check(sc.diff_globals(sc.rendered_globals(text), live or {}), args.allow_change)
+
+
+def _report_check(changes: Sequence[GlobalChange], allow_change: Sequence[str]) -> int:
+    allowed = {w.strip().lower() for item in allow_change for w in item.split(",") if w.strip()}
+    not_listed = []
+    for change in changes:
+        listed = change.key.lower() in allowed
+        if not listed:
+            not_listed.append(change.key)
+        print(
+            f"{change.key}: {change.live or '(not set)'} -> {change.rendered}"
+            f"{'' if listed else '  [not listed in --allow-change]'}"
+        )
+    if not changes:
+        print("render-slurm-conf --check: no global would change")
+        return 0
+    print(
+        f"render-slurm-conf --check: {len(changes)} global(s) would change"
+        + (f"; not listed: {', '.join(not_listed)}" if not_listed else "")
+    )
+    return 3 if not_listed else 0
+
+
+RENDER_DESCRIPTION = """\
+The slurm.conf lines for the bridge's pools, safe to Include at the end of a live slurm.conf:
+NodeName=... State=CLOUD per pool, a PartitionName per partition carrying SuspendTime,
+SuspendTimeout and ResumeTimeout (so the site's own nodes keep the site's power saving), and
+only these globals: ResumeProgram, SuspendProgram, ResumeFailProgram, SlurmctldParameters
+(the site's list plus enable_configless, idle_on_node_suspend and, on 22.05, cloud_reg_addrs)
+and GresTypes when a pool has Gres (the site's types plus the pools'). Every other global is
+written only when its option is given. --check names every global the render would change.
+
+Timeouts for pods behind a cluster autoscaler: a node must register before ResumeTimeout, so
+  --resume-timeout > schedule_timeout_s (the pool's autoscaler patience)
+                     + image pull (cold, on a new Kubernetes node) + slurmd start-up
+e.g. 300 s + 120 s + 30 s = 450 s: the default 600 s leaves a margin. The render refuses a
+ResumeTimeout not above every pool's schedule_timeout_s. When Kubernetes says no, the bridge
+fails the node at once with its reason, so a generous ResumeTimeout costs nothing.
+"""
+
+
+def add_render_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    """The ``render-slurm-conf`` subcommand and its options; the caller sets its ``func``."""
+    p = sub.add_parser(
+        "render-slurm-conf",
+        help="NodeName/PartitionName/power-save lines for slurm.conf (Include)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=RENDER_DESCRIPTION,
+    )
+    p.add_argument("-c", "--config", help="the bridge's YAML configuration")
+    p.add_argument(
+        "--hooks-dir",
+        help="directory holding resume, suspend and resume_fail (default: this install's "
+        "hooks: a checkout's slurm_plugins/, else the slurm-k8s-bridge-* entry points "
+        "next to this Python)",
+    )
+    p.add_argument("--resume-program", help="ResumeProgram (overrides --hooks-dir)")
+    p.add_argument("--suspend-program", help="SuspendProgram (overrides --hooks-dir)")
+    p.add_argument("--resume-fail-program", help="ResumeFailProgram (overrides --hooks-dir)")
+    p.add_argument(
+        "--slurm-version",
+        help="target series: 22.05, 24.11 or 26.05 (default: the running slurmctld's "
+        "SLURM_VERSION in `scontrol show config`)",
+    )
+    p.add_argument(
+        "--slurmctld-parameters",
+        help="the site's SlurmctldParameters, comma-separated ('' for none); default: read "
+        "from `scontrol show config`. The bridge's entries are added to them",
+    )
+    p.add_argument(
+        "--suspend-time",
+        type=int,
+        default=300,
+        help="SuspendTime of the bridge's partitions, s (default 300)",
+    )
+    p.add_argument(
+        "--suspend-timeout",
+        type=int,
+        default=30,
+        help="SuspendTimeout of the bridge's partitions, s (default 30)",
+    )
+    p.add_argument(
+        "--resume-timeout",
+        type=int,
+        default=600,
+        help="ResumeTimeout of the bridge's partitions, s (default 600; longer than every "
+        "pool's schedule_timeout_s, see above)",
+    )
+    p.add_argument(
+        "--global-suspend-time-infinite",
+        action="store_true",
+        help="also write global SuspendTime=INFINITE (no node outside the bridge's partitions "
+        "is ever powered down)",
+    )
+    p.add_argument("--resume-rate", type=int, help="global ResumeRate, nodes/min (0: no limit)")
+    p.add_argument("--suspend-rate", type=int, help="global SuspendRate, nodes/min (0: no limit)")
+    p.add_argument(
+        "--config-overrides",
+        action="store_true",
+        help="add config_overrides to the global SlurmdParameters (slurmd in a pod sees the "
+        "host's hardware; this makes Slurm trust the configured CPUs/RealMemory)",
+    )
+    p.add_argument(
+        "--private-data-cloud",
+        action="store_true",
+        help="add cloud to the global PrivateData (22.05 only: it hides CLOUD nodes without it)",
+    )
+    p.add_argument("--tree-width", type=int, help="global TreeWidth")
+    p.add_argument("--default-partition", help="mark this bridge partition Default=YES")
+    p.add_argument(
+        "--return-to-service", type=int, choices=(0, 1, 2), help="global ReturnToService"
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="print nothing to Include; compare the render's globals with the running "
+        "`scontrol show config` and name each one it would change (exit 3 if one is not "
+        "listed in --allow-change)",
+    )
+    p.add_argument(
+        "--allow-change",
+        action="append",
+        default=[],
+        metavar="KEYS",
+        help="with --check: globals you mean to change, comma-separated (repeatable)",
+    )
+    return p

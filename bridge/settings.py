@@ -1,0 +1,142 @@
+"""The bridge's settings as the rest of the program sees them: frozen values and their defaults.
+
+Reading them from a file and the environment is :mod:`bridge.config`'s job; this module stays
+standard library only, because slurmctld's hooks import it (for the socket path) on every call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bridge.domain.pod_rendering import PodSettings
+    from bridge.domain.pools import NodePool, PoolSet
+
+#: Where the bridge listens next to slurmctld, and where hooks and the CLI call it.
+DEFAULT_SOCKET_PATH = "/run/slurm-k8s-bridge/bridge.sock"
+#: :data:`DEFAULT_SOCKET_PATH` as a gRPC target.
+DEFAULT_TARGET = "unix:" + DEFAULT_SOCKET_PATH
+#: The configuration file read when neither --config nor $SKB_CONFIG names one.
+DEFAULT_CONFIG_PATH = "/etc/slurm-k8s-bridge/bridge.yaml"
+
+
+@dataclass(frozen=True)
+class KubernetesSettings:
+    """Where the pods go and which credentials create them."""
+
+    namespace: str = "slurm"
+    kubeconfig: str | None = None  # None: in-cluster service account
+    context: str | None = None  # None: the kubeconfig's current context
+    #: Headless Service (deploy/kustomize/base) whose domain names every pod; "" for none.
+    node_service: str = "slurm-nodes"
+    cluster_domain: str = "cluster.local"
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """How the bridge runs the Slurm CLI and what slurmd in a pod needs to reach slurmctld."""
+
+    conf_server: str = ""  # host[:port][,host[:port]] for `slurmd --conf-server`; required
+    bin_dir: str = "/usr/bin"
+    conf: str | None = None  # SLURM_CONF for the CLI; None: Slurm's default
+    command_timeout_s: float = 10.0
+    munge_key_secret: str = "slurm-munge-key"  # noqa: S105 (the Secret's name)
+
+
+@dataclass(frozen=True)
+class BridgeSettings:
+    """The bridge process: where it listens and how it paces its work."""
+
+    socket: str = DEFAULT_SOCKET_PATH
+    socket_mode: int = 0o660
+    socket_group: str | None = None
+    tcp_listen: str | None = None  # host:port; needs mutual TLS unless on loopback
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    reconcile_interval_s: float = 5.0
+    pod_age_guard_s: float = 30.0
+    failed_node_hold_s: float = 30.0
+    #: A pod still terminating this long past its grace period is force-deleted (its kubelet
+    #: is gone; nobody else will confirm the delete, and the node's next pod needs the name).
+    terminating_margin_s: float = 15.0
+    create_concurrency: int = 16
+    log_format: str = "text"
+    #: Who may call over the Unix socket, as user names or uids (checked with SO_PEERCRED).
+    #: root, the bridge's own user and Slurm's SlurmUser are always allowed.
+    allowed_callers: tuple[str, ...] = ()
+    #: Over TCP: client certificate CNs/SANs allowed to call; empty allows any certificate
+    #: signed by ``tls_client_ca``.
+    tls_client_names: tuple[str, ...] = ()
+
+
+#: The file's sections, in the order they are read and written.
+SECTIONS: Mapping[str, type[Any]] = {
+    "kubernetes": KubernetesSettings,
+    "slurm": SlurmSettings,
+    "bridge": BridgeSettings,
+}
+
+
+@dataclass(frozen=True)
+class BridgeConfig:
+    """Everything the bridge is configured with; ``source`` is where it was read from."""
+
+    pools: PoolSet
+    cluster_name: str = "slurm"
+    kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    bridge: BridgeSettings = field(default_factory=BridgeSettings)
+    source: str = field(default="", compare=False)
+
+    def pod_settings(self) -> PodSettings:
+        """What :func:`~bridge.domain.pod_rendering.render_pod` needs from this configuration."""
+        # Imported here: the hooks import this module and need none of the domain.
+        from bridge.domain.pod_rendering import PodSettings  # noqa: PLC0415
+
+        return PodSettings(
+            namespace=self.kubernetes.namespace,
+            cluster_name=self.cluster_name,
+            conf_server=self.slurm.conf_server,
+            munge_key_secret=self.slurm.munge_key_secret,
+            node_service=self.kubernetes.node_service,
+            cluster_domain=self.kubernetes.cluster_domain,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The configuration as the YAML file would hold it (loads back to an equal config)."""
+        result: dict[str, Any] = {"cluster_name": self.cluster_name}
+        for name in SECTIONS:
+            section = getattr(self, name)
+            result[name] = {f.name: getattr(section, f.name) for f in fields(section)}
+        result["bridge"]["socket_mode"] = f"0{self.bridge.socket_mode:o}"
+        result["pools"] = [_pool_to_dict(pool) for pool in self.pools]
+        return result
+
+
+def _pool_to_dict(pool: NodePool) -> dict[str, Any]:
+    return {
+        "name": pool.name,
+        "nodes": pool.nodes,
+        "cpus": pool.cpus,
+        "real_memory_mb": pool.real_memory_mb,
+        "partition": pool.partition,
+        "image": pool.image,
+        "features": list(pool.features),
+        "gres": list(pool.gres),
+        "weight": pool.weight,
+        "schedule_timeout_s": pool.schedule_timeout_s,
+        "image_pull_timeout_s": pool.image_pull_timeout_s,
+        "pod_template": _plain(pool.pod_template),
+    }
+
+
+def _plain(value: Any) -> Any:
+    # The pool keeps its template behind a read-only proxy that yaml cannot dump.
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value

@@ -1,0 +1,95 @@
+"""What crosses the gRPC wire: proto <-> domain conversion, both directions, for both ends.
+
+One table per enum, written domain -> proto; the reverse is derived from it, so the server and
+the client cannot disagree on a value. Values outside a table (a newer peer, an unset enum) are
+decided here too: an unknown outcome reads as an internal failure, an unknown event kind as none.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC
+
+from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
+from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
+
+#: Event kinds NodeEvent accepts (strigger's node events), as the use cases spell them.
+NODE_EVENT_KIND_TO_PB: dict[str, pb.NodeEventKind] = {
+    "down": pb.NODE_EVENT_KIND_DOWN,
+    "drain": pb.NODE_EVENT_KIND_DRAIN,
+    "fail": pb.NODE_EVENT_KIND_FAIL,
+    "up": pb.NODE_EVENT_KIND_UP,
+    "idle": pb.NODE_EVENT_KIND_IDLE,
+}
+NODE_EVENT_KINDS = tuple(NODE_EVENT_KIND_TO_PB)
+OUTCOME_TO_PB: dict[Outcome, pb.Outcome] = {
+    Outcome.OK: pb.OUTCOME_OK,
+    Outcome.REJECTED: pb.OUTCOME_REJECTED,
+    Outcome.FAILED: pb.OUTCOME_FAILED,
+}
+ERROR_CLASS_TO_PB: dict[ErrorClass, pb.ErrorClass] = {
+    ErrorClass.NONE: pb.ERROR_CLASS_NONE,
+    ErrorClass.INVALID: pb.ERROR_CLASS_INVALID,
+    ErrorClass.UNKNOWN_NODE: pb.ERROR_CLASS_UNKNOWN_NODE,
+    ErrorClass.NO_CAPACITY: pb.ERROR_CLASS_NO_CAPACITY,
+    ErrorClass.TRANSIENT: pb.ERROR_CLASS_TRANSIENT,
+    ErrorClass.INTERNAL: pb.ERROR_CLASS_INTERNAL,
+}
+#: Trailing metadata key the server sets on whole-call errors it raised on purpose, so an
+#: UNAVAILABLE from a bridge backend is told apart from "could not reach the bridge at all".
+ERROR_METADATA_KEY = "skb-error"
+
+_NODE_EVENT_KIND_FROM_PB = {v: k for k, v in NODE_EVENT_KIND_TO_PB.items()}
+_OUTCOME_FROM_PB = {v: k for k, v in OUTCOME_TO_PB.items()}
+_ERROR_CLASS_FROM_PB = {v: k for k, v in ERROR_CLASS_TO_PB.items()}
+
+
+def node_event_kind_from_pb(kind: pb.NodeEventKind) -> str | None:
+    """The use cases' name of a proto event kind; ``None`` for UNSPECIFIED or one we do not know."""
+    return _NODE_EVENT_KIND_FROM_PB.get(kind)
+
+
+def result_to_pb(r: NodeResult) -> pb.NodeResult:
+    """Proto result of one domain result."""
+    return pb.NodeResult(
+        node=r.node,
+        outcome=OUTCOME_TO_PB[r.outcome],
+        error_class=ERROR_CLASS_TO_PB[r.error_class],
+        message=r.message,
+    )
+
+
+def result_from_pb(r: pb.NodeResult) -> NodeResult:
+    """Domain result of one proto result; an unknown outcome counts as an internal failure."""
+    outcome = _OUTCOME_FROM_PB.get(r.outcome)
+    error_class = _ERROR_CLASS_FROM_PB.get(r.error_class, ErrorClass.INTERNAL)
+    if outcome is None:
+        outcome, error_class = Outcome.FAILED, ErrorClass.INTERNAL
+    return NodeResult(node=r.node, outcome=outcome, error_class=error_class, message=r.message)
+
+
+def status_to_pb(s: NodeStatus) -> pb.NodeStatus:
+    """Proto status row of one domain status (``since`` left unset when unknown)."""
+    msg = pb.NodeStatus(
+        node=s.node,
+        pool=s.pool,
+        slurm_state=s.slurm_state,
+        pod_phase=s.pod_phase,
+        pod_ip=s.pod_ip,
+        reason=s.reason,
+    )
+    if s.since is not None:
+        msg.since.FromDatetime(s.since)
+    return msg
+
+
+def status_from_pb(n: pb.NodeStatus) -> NodeStatus:
+    """Domain status of one proto status row."""
+    return NodeStatus(
+        node=n.node,
+        pool=n.pool,
+        slurm_state=n.slurm_state,
+        pod_phase=n.pod_phase,
+        pod_ip=n.pod_ip,
+        reason=n.reason,
+        since=n.since.ToDatetime(tzinfo=UTC) if n.HasField("since") else None,
+    )

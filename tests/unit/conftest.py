@@ -1,0 +1,19 @@
+"""Unit tests are hermetic: the caller's Slurm, Kubernetes and bridge settings never reach them."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+#: Read by the code under test (and by the fakes, which record the environment they are given).
+CALLER_SETTINGS = ("SLURM_CONF", "KUBECONFIG")
+CALLER_SETTINGS_PREFIX = "SKB_"
+
+
+@pytest.fixture(autouse=True)
+def _without_the_callers_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An admin's shell exports SLURM_CONF or KUBECONFIG; the bridge's SKB_* override its config.
+    for name in list(os.environ):
+        if name in CALLER_SETTINGS or name.startswith(CALLER_SETTINGS_PREFIX):
+            monkeypatch.delenv(name)
