@@ -21,9 +21,9 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
 
@@ -31,7 +31,7 @@ from bridge.adapters import slurm_json
 from bridge.adapters.slurm_json import SlurmJob
 from bridge.domain import hostlist
 from bridge.domain.nodes import SlurmNode
-from bridge.errors import BackendError, InvalidInput, TransientBackendError
+from bridge.errors import BackendError, BridgeError, InvalidInput, TransientBackendError
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +52,13 @@ _INVALID_MARKERS: Final = (
     "Invalid input",
     "Unable to parse",
 )
-#: Nodes per ``scontrol update`` whose argv lists every name (well under ARG_MAX).
-_UPDATE_BATCH: Final = 256
+#: Nodes per ``scontrol update``: even uncompressible names keep its argv far under ARG_MAX
+#: (1,000 names of 30 characters are 30 kB; Linux allows 2 MB, and 128 kB per argument).
+_UPDATE_BATCH: Final = 1000
 #: What Slurm 22.05's scontrol says to ``--json``.
 _NO_JSON_MARKER: Final = "unrecognized option '--json'"
+
+_Item = TypeVar("_Item")
 
 
 class SlurmCli:
@@ -111,26 +114,44 @@ class SlurmCli:
         return slurm_json.parse_squeue(self._fetch(argv), _show(argv))
 
     def update_nodes(self, names: Sequence[str], *, state: str, reason: str | None = None) -> None:
-        """Run one ``scontrol update nodename=<hostlist> state=<state> [reason=<reason>]``."""
+        """Run ``scontrol update nodename=<hostlist> state=<state> [reason=<reason>]``: one
+        process per :data:`_UPDATE_BATCH` nodes.
+
+        A batch Slurm refuses does not stop the others; when some failed, the error raised (the
+        first failure's class) names the nodes left unchanged. Slurm unreachable stops at once:
+        the remaining batches would only wait for the same timeout.
+        """
         if not names:
             return
         if not state or any(c.isspace() for c in state):
             raise InvalidInput(f"invalid Slurm node state {state!r}")
-        argv = self._argv(
-            "scontrol", "update", f"nodename={hostlist.compress(names)}", f"state={state}"
-        )
-        if reason is not None:
-            # One argv element: scontrol takes the whole "reason=..." word, spaces included.
-            argv.append(f"reason={reason}")
-        self._run(argv)
-        log.info("scontrol update nodes=%s state=%s reason=%r", ",".join(names), state, reason)
+        batches = [hostlist.compress(batch) for batch in _batches(names)]
+        failures: list[tuple[str, BridgeError]] = []
+        skipped: list[str] = []
+        for index, nodes in enumerate(batches):
+            argv = self._argv("scontrol", "update", f"nodename={nodes}", f"state={state}")
+            if reason is not None:
+                # One argv element: scontrol takes the whole "reason=..." word, spaces included.
+                argv.append(f"reason={reason}")
+            try:
+                self._run(argv)
+            except BridgeError as e:
+                failures.append((nodes, e))
+                if isinstance(e, TransientBackendError):
+                    skipped = batches[index + 1 :]
+                    break
+                continue
+            log.info("scontrol update nodes=%s state=%s reason=%r", nodes, state, reason)
+        if not failures:
+            return
+        if len(batches) == 1:
+            raise failures[0][1]
+        raise _batch_failure(failures, skipped) from failures[0][1]
 
     def set_node_addresses(self, addresses: Mapping[str, str]) -> None:
         """Point each node's NodeAddr at its address (``scontrol update nodename=a,b
         nodeaddr=x,y``: Slurm pairs the two lists in order, so no hostlist compression)."""
-        items = list(addresses.items())
-        for start in range(0, len(items), _UPDATE_BATCH):
-            batch = items[start : start + _UPDATE_BATCH]
+        for batch in _batches(list(addresses.items())):
             for name, address in batch:
                 if not address or any(c.isspace() or c == "," for c in address):
                     raise InvalidInput(f"invalid address {address!r} for node {name}")
@@ -173,7 +194,7 @@ class SlurmCli:
         return env
 
     def _run(self, argv: list[str]) -> str:
-        return self._retrying(argv)(self._run_once, argv)
+        return self._retrying(argv)(self._run_once, argv).decode(errors="replace")
 
     def _fetch(self, argv: list[str]) -> dict[str, Any]:
         """Run a JSON command and decode it; errors Slurm reports inside it count as failures."""
@@ -190,13 +211,13 @@ class SlurmCli:
             reraise=True,
         )
 
-    def _run_once(self, argv: list[str]) -> str:
+    def _run_once(self, argv: list[str]) -> bytes:
+        """stdout as bytes: listings are decoded from them directly (no 24 MB text copy)."""
         shown = _show(argv)
         try:
             done = subprocess.run(
                 argv,
                 capture_output=True,
-                text=True,
                 timeout=self._timeout_s,
                 env=self._env(),
                 check=True,
@@ -205,7 +226,7 @@ class SlurmCli:
         except subprocess.TimeoutExpired as e:
             raise TransientBackendError(f"{shown}: timed out after {self._timeout_s:g} s") from e
         except subprocess.CalledProcessError as e:
-            stderr = (e.stderr or "").strip() or (e.stdout or "").strip()
+            stderr = _text(e.stderr).strip() or _text(e.stdout).strip()
             message = f"{shown}: exit status {e.returncode}: {stderr}"
             if any(marker in stderr for marker in _TRANSIENT_MARKERS):
                 raise TransientBackendError(message) from e
@@ -216,7 +237,7 @@ class SlurmCli:
             raise BackendError(f"{shown}: cannot run: {e}") from e
         return done.stdout
 
-    def _document(self, out: str, argv: list[str]) -> dict[str, Any]:
+    def _document(self, out: bytes, argv: list[str]) -> dict[str, Any]:
         doc = slurm_json.load_document(out, _show(argv))
         errors = slurm_json.reported_errors(doc)
         if errors:
@@ -261,6 +282,26 @@ def parse_show_config(text: str) -> dict[str, str]:
             value = value.strip()
             settings[key] = "" if value == "(null)" else value
     return settings
+
+
+def _batches(items: Sequence[_Item]) -> Iterator[Sequence[_Item]]:
+    for start in range(0, len(items), _UPDATE_BATCH):
+        yield items[start : start + _UPDATE_BATCH]
+
+
+def _batch_failure(
+    failures: Sequence[tuple[str, BridgeError]], skipped: Sequence[str]
+) -> BridgeError:
+    """One error for a multi-batch update: which nodes failed (and why), which were not tried.
+    Its class is the first failure's (transient when Slurm could not be reached)."""
+    message = "; ".join(f"nodes {nodes} not updated: {error}" for nodes, error in failures)
+    if skipped:
+        message += f"; nodes {','.join(skipped)} not tried"
+    return type(failures[0][1])(message)
+
+
+def _text(output: bytes | None) -> str:
+    return output.decode(errors="replace") if output else ""
 
 
 def _show(argv: Sequence[str]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 from typing import Any
@@ -215,9 +216,15 @@ def test_missing_reason_and_address_are_empty() -> None:
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("", "not JSON"), ("slurm_load_node error", "not JSON"), ("[]", "expected a JSON object")],
+    [
+        ("", "not JSON"),
+        ("slurm_load_node error", "not JSON"),
+        ("[]", "expected a JSON object"),
+        (b"slurm_load_node error", "not JSON"),
+        (b'{"nodes": "\xff"}', "not JSON"),
+    ],
 )
-def test_load_document_rejects_non_objects(text: str, message: str) -> None:
+def test_load_document_rejects_non_objects(text: str | bytes, message: str) -> None:
     with pytest.raises(BackendError, match=message):
         slurm_json.load_document(text, "sinfo --json")
 
@@ -242,3 +249,20 @@ def test_queued_power_down_still_needs_its_slurmd(file: str) -> None:
     node = _nodes(file)["cloud3"]
     assert node.flags == {"CLOUD", "POWER_DOWN"}
     assert node.wants_pod
+
+
+@pytest.mark.parametrize("collector_was_enabled", [True, False])
+def test_parsing_bytes_gives_what_text_gives_and_leaves_the_collector_as_it_was(
+    collector_was_enabled: bool,
+) -> None:
+    path = DATA / "v24.11" / "scontrol-states.json"
+    was = gc.isenabled()
+    try:
+        gc.enable() if collector_was_enabled else gc.disable()
+        from_bytes = slurm_json.parse_nodes(slurm_json.load_document(path.read_bytes(), "x"))
+        from_text = slurm_json.parse_nodes(slurm_json.load_document(path.read_text(), "x"))
+        assert gc.isenabled() is collector_was_enabled
+    finally:
+        gc.enable() if was else gc.disable()
+    assert from_bytes == from_text
+    assert len(from_bytes) == 8
