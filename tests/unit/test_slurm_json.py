@@ -266,3 +266,24 @@ def test_parsing_bytes_gives_what_text_gives_and_leaves_the_collector_as_it_was(
         gc.enable() if was else gc.disable()
     assert from_bytes == from_text
     assert len(from_bytes) == 8
+
+
+def _outcome(load: Any, path: Path) -> object:
+    try:
+        return slurm_json.parse_nodes(load(path), path.name)
+    except BackendError as e:
+        return f"{type(e).__name__}: {e}"
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for p in DATA.glob("v*/*.json") if "squeue" not in p.name),
+    ids=lambda p: f"{p.parent.name}/{p.name}",
+)
+def test_a_listing_reduced_while_decoded_parses_like_the_whole_document(path: Path) -> None:
+    whole = _outcome(lambda p: json.loads(p.read_text()), path)
+    reduced = _outcome(lambda p: slurm_json.load_node_listing(p.read_bytes(), p.name), path)
+    assert reduced == whole
+    doc = slurm_json.load_node_listing(path.read_bytes(), path.name)
+    for node in doc.get("nodes", []):
+        assert set(node) <= set(slurm_json.NODE_FIELDS)
