@@ -113,39 +113,17 @@ class SlurmCli:
         return slurm_json.parse_squeue(self._fetch(argv), _show(argv))
 
     def update_nodes(self, names: Sequence[str], *, state: str, reason: str | None = None) -> None:
-        """Run ``scontrol update nodename=<hostlist> state=<state> [reason=<reason>]``: one
-        process per :data:`_UPDATE_BATCH` nodes.
-
-        A batch Slurm refuses does not stop the others; when some failed, the error raised (the
-        first failure's class) names the nodes left unchanged. Slurm unreachable stops at once:
-        the remaining batches would only wait for the same timeout.
-        """
+        """Run ``scontrol update nodename=<hostlist> state=<state> [reason=<reason>]`` (one
+        process per :data:`_UPDATE_BATCH` nodes, see :meth:`_update_in_batches`)."""
         if not names:
             return
         if not state or any(c.isspace() for c in state):
             raise InvalidInput(f"invalid Slurm node state {state!r}")
-        batches = [hostlist.compress(batch) for batch in _batches(names)]
-        failures: list[tuple[str, BridgeError]] = []
-        skipped: list[str] = []
-        for index, nodes in enumerate(batches):
-            argv = self._argv("scontrol", "update", f"nodename={nodes}", f"state={state}")
-            if reason is not None:
-                # One argv element: scontrol takes the whole "reason=..." word, spaces included.
-                argv.append(f"reason={reason}")
-            try:
-                self._run(argv)
-            except BridgeError as e:
-                failures.append((nodes, e))
-                if isinstance(e, TransientBackendError):
-                    skipped = batches[index + 1 :]
-                    break
-                continue
-            log.info("scontrol update nodes=%s state=%s reason=%r", nodes, state, reason)
-        if not failures:
-            return
-        if len(batches) == 1:
-            raise failures[0][1]
-        raise _batch_failure(failures, skipped) from failures[0][1]
+        settings = [f"state={state}"]
+        if reason is not None:
+            # One argv element: scontrol takes the whole "reason=..." word, spaces included.
+            settings.append(f"reason={reason}")
+        self._update_in_batches(names, settings)
 
     def set_node_addresses(self, addresses: Mapping[str, str]) -> None:
         """Point each node's NodeAddr at its address (``scontrol update nodename=a,b
@@ -167,14 +145,9 @@ class SlurmCli:
             )
 
     def set_node_comment(self, names: Sequence[str], comment: str) -> None:
-        """Set (or with ``""`` clear) the nodes' Comment."""
-        if not names:
-            return
-        argv = self._argv(
-            "scontrol", "update", f"nodename={hostlist.compress(names)}", f"comment={comment}"
-        )
-        self._run(argv)
-        log.info("scontrol update nodes=%s comment=%r", ",".join(names), comment)
+        """Set (or with ``""`` clear) the nodes' Comment (batched as :meth:`update_nodes`)."""
+        if names:
+            self._update_in_batches(names, [f"comment={comment}"])
 
     def show_config(self) -> dict[str, str]:
         """The running slurmctld's configuration (``scontrol show config``; 22.05 has no JSON
@@ -182,6 +155,33 @@ class SlurmCli:
         return parse_show_config(self._run(self._argv("scontrol", "show", "config")))
 
     # --- internals ------------------------------------------------------------------------------
+
+    def _update_in_batches(self, names: Sequence[str], settings: Sequence[str]) -> None:
+        """``scontrol update nodename=<hostlist> <settings>``, one process per
+        :data:`_UPDATE_BATCH` nodes.
+
+        A batch Slurm refuses does not stop the others; when some failed, the error raised (the
+        first failure's class) names the nodes left unchanged. Slurm unreachable stops at once:
+        the remaining batches would only wait for the same timeout.
+        """
+        batches = [hostlist.compress(batch) for batch in _batches(names)]
+        failures: list[tuple[str, BridgeError]] = []
+        skipped: list[str] = []
+        for index, nodes in enumerate(batches):
+            try:
+                self._run(self._argv("scontrol", "update", f"nodename={nodes}", *settings))
+            except BridgeError as e:
+                failures.append((nodes, e))
+                if isinstance(e, TransientBackendError):
+                    skipped = batches[index + 1 :]
+                    break
+                continue
+            log.info("scontrol update nodes=%s %s", nodes, " ".join(settings))
+        if not failures:
+            return
+        if len(batches) == 1:
+            raise failures[0][1]
+        raise _batch_failure(failures, skipped) from failures[0][1]
 
     def _argv(self, command: str, *args: str) -> list[str]:
         return [str(self._bin_dir / command), *args]

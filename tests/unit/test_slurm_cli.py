@@ -10,6 +10,7 @@ import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -184,11 +185,27 @@ def _scontrol_failing_for(fake: FakeSlurm, nodename: str, stderr: Path) -> None:
     script.chmod(0o755)
 
 
-def test_update_of_many_nodes_runs_one_scontrol_per_thousand(fake: FakeSlurm) -> None:
+@pytest.mark.parametrize(
+    ("update", "settings"),
+    [
+        (
+            lambda cli, names: cli.update_nodes(names, state="down", reason="k8s: x"),
+            "state=down reason=k8s: x",
+        ),
+        (
+            lambda cli, names: cli.set_node_comment(names, "k8s: waiting: y"),
+            "comment=k8s: waiting: y",
+        ),
+    ],
+    ids=["state", "comment"],
+)
+def test_update_of_many_nodes_runs_one_scontrol_per_thousand(
+    fake: FakeSlurm, update: Any, settings: str
+) -> None:
     fake.command("scontrol", {"update": Reply()})
-    _cli(fake).update_nodes([f"n{i}" for i in range(2500)], state="down", reason="k8s: x")
+    update(_cli(fake), [f"n{i}" for i in range(2500)])
     assert fake.calls() == [
-        f"|scontrol update nodename={nodes} state=down reason=k8s: x"
+        f"|scontrol update nodename={nodes} {settings}"
         for nodes in ("n[0-999]", "n[1000-1999]", "n[2000-2499]")
     ]
 
