@@ -3,12 +3,19 @@
 1. hook: a real resume hook (sh wrapper, Python, gRPC over a Unix socket to a real server with a
    no-op use case) vs. the baseline of starting the same Python and importing grpc.
 2. hostlist: our expand() in-process vs. `scontrol show hostnames` for the same expression.
-3. pod creation (needs the proving ground, started if absent): the bridge's PodGateway creating
-   64 pods on kwok nodes with create_concurrency=16 vs. the same with 1 (sequential).
+3. reconcile pass (bench/reconcile_pass.py): CPU and peak RSS at 1k / 10k / 50k CLOUD nodes of
+   Slurm 22.05 and 24.11, Slurm read through a stub command, vs. the same pass reading Slurm's
+   output as text with json.loads (the read before issue 11).
+4. pod creation (needs the proving ground, started if absent; left out by --no-ground): the
+   bridge's PodGateway creating 64 pods on kwok nodes with create_concurrency=16 vs. the same
+   with 1 (sequential).
+
+``--quick``: reconcile at 1k nodes only and fewer hook samples (a smoke run).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -21,6 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "deploy" / "local"))
+
+import reconcile_pass
 
 from bridge.api import build_server
 from bridge.domain.hostlist import expand
@@ -166,25 +175,62 @@ def bench_pod_creation(count: int = 64) -> tuple[float, float]:
     return results[0], results[1]
 
 
-def main() -> int:
+Line = tuple[str, str, str, str]
+
+
+def print_table(lines: list[Line], notes: list[str]) -> None:
+    header: Line = ("what", "figure", "baseline (same run)", "ratio")
+    widths = [max(len(line[i]) for line in [header, *lines]) for i in range(4)]
+    for line in [header, tuple("-" * w for w in widths), *lines]:
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)))
+    for note in notes:
+        print(f"\n{note}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="slurm-k8s-bridge benchmarks")
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run: reconcile at 1k nodes, fewer samples"
+    )
+    parser.add_argument(
+        "--no-ground", action="store_true", help="leave out what needs the proving ground"
+    )
+    args = parser.parse_args(argv)
     print("slurm-k8s-bridge benchmarks (medians; ratios against a baseline from the same run)\n")
-    hook, python_grpc = bench_hook()
-    print(
-        f"hook: resume hook round trip {hook * 1000:.0f} ms; baseline python+import grpc "
-        f"{python_grpc * 1000:.0f} ms; ratio {hook / python_grpc:.2f}x"
+    lines: list[Line] = []
+    hook, python_grpc = bench_hook(runs=5 if args.quick else 20)
+    lines.append(
+        (
+            "hook: resume hook round trip",
+            f"{hook * 1000:.0f} ms",
+            f"{python_grpc * 1000:.0f} ms (python + import grpc)",
+            f"{hook / python_grpc:.2f}x",
+        )
     )
     hostlist = bench_hostlist()
     if hostlist:
         ours, theirs = hostlist
-        print(
-            f"hostlist: expand 20,000 names {ours * 1000:.1f} ms; baseline scontrol show "
-            f"hostnames {theirs * 1000:.1f} ms; ratio {ours / theirs:.2f}x"
+        lines.append(
+            (
+                "hostlist: expand 20,000 names",
+                f"{ours * 1000:.1f} ms",
+                f"{theirs * 1000:.1f} ms (scontrol show hostnames)",
+                f"{ours / theirs:.2f}x",
+            )
         )
-    fast, sequential = bench_pod_creation()
-    print(
-        f"pods: create 64 with concurrency 16 {fast:.2f} s; baseline concurrency 1 "
-        f"{sequential:.2f} s; ratio {fast / sequential:.2f}x ({sequential / fast:.1f}x faster)"
-    )
+    sizes = reconcile_pass.QUICK_SIZES if args.quick else reconcile_pass.SIZES
+    lines += reconcile_pass.table_lines(reconcile_pass.measure_rows(sizes))
+    if not args.no_ground:
+        fast, sequential = bench_pod_creation()
+        lines.append(
+            (
+                "pods: create 64 with concurrency 16",
+                f"{fast:.2f} s",
+                f"{sequential:.2f} s (concurrency 1)",
+                f"{fast / sequential:.2f}x ({sequential / fast:.1f}x faster)",
+            )
+        )
+    print_table(lines, [reconcile_pass.NOTE])
     return 0
 
 

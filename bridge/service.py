@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from bridge.domain.hostlist import compress, expand
 from bridge.domain.node_names import check_node_name
 from bridge.domain.nodes import SlurmNode, our_reason
-from bridge.domain.pod_rendering import render_pod
+from bridge.domain.pod_rendering import render_pods
 from bridge.domain.pods import UNSCHEDULABLE, PodView
 from bridge.domain.reconcile import (
     Action,
@@ -192,7 +192,7 @@ class BridgeService:
             pool = self.config.pools.by_name(pool_name)
             if pool is None:  # group() only returns names of pools it has
                 raise BridgeError(f"internal: pool {pool_name!r} vanished")
-            manifests.extend(render_pod(pool, node, settings) for node in nodes)
+            manifests.extend(render_pods(pool, nodes, settings))
         outcome = self.pods.create_pods(manifests)
         failed: dict[str, list[str]] = defaultdict(list)
         for node, result in outcome.items():

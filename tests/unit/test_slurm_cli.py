@@ -10,6 +10,7 @@ import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -161,6 +162,86 @@ def test_update_runs_one_scontrol_with_a_hostlist(fake: FakeSlurm) -> None:
         "/c/slurm.conf|scontrol update nodename=cloud[1-3],gpu-7 state=down "
         "reason=k8s: ImagePullBackOff: Back-off pulling image"
     ]
+
+
+def _scontrol_failing_for(fake: FakeSlurm, nodename: str, stderr: Path) -> None:
+    """An scontrol that logs its calls and fails (with ``stderr``) for one ``nodename=``."""
+    script = fake.bin_dir / "scontrol"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'printf "%s|%s\\n" "${{SLURM_CONF:-}}" "scontrol $*" >> {shlex.quote(str(fake.log))}\n'
+        f'if [ "$2" = {shlex.quote(nodename)} ]; then\n'
+        f"  cat {shlex.quote(str(stderr))} >&2; exit 1\n"
+        "fi\n"
+    )
+    script.chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    ("update", "settings"),
+    [
+        (
+            lambda cli, names: cli.update_nodes(names, state="down", reason="k8s: x"),
+            "state=down reason=k8s: x",
+        ),
+        (
+            lambda cli, names: cli.set_node_comment(names, "k8s: waiting: y"),
+            "comment=k8s: waiting: y",
+        ),
+    ],
+    ids=["state", "comment"],
+)
+def test_update_of_many_nodes_runs_one_scontrol_per_thousand(
+    fake: FakeSlurm, update: Any, settings: str
+) -> None:
+    fake.command("scontrol", {"update": Reply()})
+    update(_cli(fake), [f"n{i}" for i in range(2500)])
+    assert fake.calls() == [
+        f"|scontrol update nodename={nodes} {settings}"
+        for nodes in ("n[0-999]", "n[1000-1999]", "n[2000-2499]")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("failing", "error", "calls", "named"),
+    [
+        # Slurm refused one batch: the others are still updated; the error names the batch.
+        (
+            "n[1000-1999]",
+            InvalidInput,
+            3,
+            ["nodes n[1000-1999] not updated: scontrol update nodename=n[1000-1999]"],
+        ),
+        # Slurm unreachable: stop (each retry waits for the same timeout), name what was left.
+        (
+            "n[0-999]",
+            TransientBackendError,
+            2,
+            ["nodes n[0-999] not updated", "nodes n[1000-1999],n[2000-2499] not tried"],
+        ),
+    ],
+    ids=["refused", "unreachable"],
+)
+def test_update_of_many_nodes_names_the_nodes_a_failed_batch_left(
+    fake: FakeSlurm,
+    failing: str,
+    error: type[Exception],
+    calls: int,
+    named: list[str],
+) -> None:
+    stderr = {
+        InvalidInput: V24 / "errors" / "update-invalid-node-name.stderr",
+        TransientBackendError: V24 / "errors" / "update-unreachable.stderr",
+    }[error]
+    _scontrol_failing_for(fake, f"nodename={failing}", stderr)
+    with pytest.raises(error) as caught:
+        _cli(fake, attempts=2).update_nodes([f"n{i}" for i in range(2500)], state="resume")
+    assert type(caught.value) is error
+    for words in named:
+        assert words in str(caught.value)
+    assert stderr.read_text().splitlines()[0].strip() in str(caught.value)
+    assert caught.value.__cause__ is not None
+    assert len(fake.calls()) == calls
 
 
 def test_update_reason_is_one_argument(fake: FakeSlurm, tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 from typing import Any
@@ -186,9 +187,15 @@ def test_missing_reason_and_address_are_empty() -> None:
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("", "not JSON"), ("slurm_load_node error", "not JSON"), ("[]", "expected a JSON object")],
+    [
+        ("", "not JSON"),
+        ("slurm_load_node error", "not JSON"),
+        ("[]", "expected a JSON object"),
+        (b"slurm_load_node error", "not JSON"),
+        (b'{"nodes": "\xff"}', "not JSON"),
+    ],
 )
-def test_load_document_rejects_non_objects(text: str, message: str) -> None:
+def test_load_document_rejects_non_objects(text: str | bytes, message: str) -> None:
     with pytest.raises(BackendError, match=message):
         slurm_json.load_document(text, "sinfo --json")
 
@@ -199,3 +206,41 @@ def test_queued_power_down_still_needs_its_slurmd(file: str) -> None:
     node = _nodes(file)["cloud3"]
     assert node.flags == {"CLOUD", "POWER_DOWN"}
     assert node.wants_pod
+
+
+@pytest.mark.parametrize("collector_was_enabled", [True, False])
+def test_parsing_bytes_gives_what_text_gives_and_leaves_the_collector_as_it_was(
+    collector_was_enabled: bool,
+) -> None:
+    path = DATA / "v24.11" / "scontrol-states.json"
+    was = gc.isenabled()
+    try:
+        gc.enable() if collector_was_enabled else gc.disable()
+        from_bytes = slurm_json.parse_nodes(slurm_json.load_document(path.read_bytes(), "x"))
+        from_text = slurm_json.parse_nodes(slurm_json.load_document(path.read_text(), "x"))
+        assert gc.isenabled() is collector_was_enabled
+    finally:
+        gc.enable() if was else gc.disable()
+    assert from_bytes == from_text
+    assert len(from_bytes) == 8
+
+
+def _outcome(load: Any, path: Path) -> object:
+    try:
+        return slurm_json.parse_nodes(load(path), path.name)
+    except BackendError as e:
+        return f"{type(e).__name__}: {e}"
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for p in DATA.glob("v*/*.json") if "squeue" not in p.name),
+    ids=lambda p: f"{p.parent.name}/{p.name}",
+)
+def test_a_listing_reduced_while_decoded_parses_like_the_whole_document(path: Path) -> None:
+    whole = _outcome(lambda p: json.loads(p.read_text()), path)
+    reduced = _outcome(lambda p: slurm_json.load_node_listing(p.read_bytes(), p.name), path)
+    assert reduced == whole
+    doc = slurm_json.load_node_listing(path.read_bytes(), path.name)
+    for node in doc.get("nodes", []):
+        assert set(node) <= set(slurm_json.NODE_FIELDS)
