@@ -10,15 +10,23 @@ request plays the next scripted session, as the client library would hand it ove
 
 When the script runs out the next watch is quiet: it sets ``drained`` and blocks until
 ``release`` is set, then ends like a watch the server closed at its timeout.
+
+Writes (creates, Events) go out on the client's own connection pool, not through a generated
+method, so ``FakeApiServer`` serves them over HTTP on a loopback port instead.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from kubernetes import client as k8s
 
 Session = BaseException | Sequence[bytes | BaseException]
 
@@ -138,3 +146,104 @@ class FakeCoreApi:
         response.journal = self.journal
         self.responses.append(response)
         return response
+
+
+# -- an API server on a loopback port, for the write paths -----------------------------------------
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request as the stub API server received it (header names in lower case)."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    at: float
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the stub answers: a status, extra headers, and the body's bytes."""
+
+    status: int
+    body: bytes = b"{}"
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def status_answer(code: int, reason: str, message: str, *headers: tuple[str, str]) -> Answer:
+    return Answer(code, json.dumps(status(code, reason, message)).encode(), headers)
+
+
+class FakeApiServer:
+    """A real HTTP server on 127.0.0.1 that the real client library talks to.
+
+    Each request takes the next scripted :class:`Answer` for its method and path (``"POST
+    /api/v1/namespaces/slurm/pods"``) or, once those run out, ``default`` (201 ``{}``).
+    ``hold`` (when set) keeps every answer waiting until it is released: a slow API server.
+    """
+
+    def __init__(self) -> None:
+        self.requests: list[Request] = []
+        self.script: dict[str, deque[Answer]] = {}
+        self.default = Answer(201)
+        self.hold: threading.Event | None = None
+        self._lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _answer(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                answer = fake._next(self.command, self.path, headers, body)
+                self.send_response(answer.status)
+                for name, value in answer.headers:
+                    self.send_header(name, value)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer.body)))
+                self.end_headers()
+                self.wfile.write(answer.body)
+
+            def do_GET(self) -> None:
+                self._answer()
+
+            def do_POST(self) -> None:
+                self._answer()
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def _next(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Answer:
+        with self._lock:
+            self.requests.append(Request(method, path, headers, body, time.monotonic()))
+            queued = self.script.get(f"{method} {path.split('?', maxsplit=1)[0]}")
+            answer = queued.popleft() if queued else self.default
+        if self.hold is not None:
+            self.hold.wait(10)
+        return answer
+
+    def answer(self, method_and_path: str, *answers: Answer) -> None:
+        """Script the next answers to ``method_and_path`` (``"POST /api/v1/..."``)."""
+        self.script.setdefault(method_and_path, deque()).extend(answers)
+
+    def core_api(self) -> k8s.CoreV1Api:
+        """A real ``CoreV1Api`` with a bearer token, pointed at this server."""
+        configuration = k8s.Configuration()
+        configuration.host = f"http://127.0.0.1:{self._server.server_address[1]}"
+        configuration.api_key = {"BearerToken": "t0ken"}
+        configuration.api_key_prefix = {"BearerToken": "Bearer"}
+        return k8s.CoreV1Api(k8s.ApiClient(configuration))
+
+    def close(self) -> None:
+        if self.hold is not None:
+            self.hold.set()
+        self._server.shutdown()
+        self._server.server_close()
