@@ -36,7 +36,7 @@ def line(event: object) -> bytes:
     return json.dumps(event).encode() + b"\n"
 
 
-def pod(name: str) -> dict[str, Any]:
+def pod(name: str, version: str = "100") -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -44,15 +44,22 @@ def pod(name: str) -> dict[str, Any]:
             "name": name,
             "namespace": "slurm",
             "uid": f"uid-{name}",
-            "resourceVersion": "100",
+            "resourceVersion": version,
             "creationTimestamp": "2026-12-02T12:00:00Z",
         },
         "status": {"phase": "Pending"},
     }
 
 
-def event(kind: str, name: str) -> bytes:
-    return line({"type": kind, "object": pod(name)})
+def event(kind: str, name: str, version: str = "100") -> bytes:
+    return line({"type": kind, "object": pod(name, version)})
+
+
+def bookmark(version: str) -> bytes:
+    """A BOOKMARK event: an object of the watched kind with only its resourceVersion."""
+    return line(
+        {"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": version}}}
+    )
 
 
 def status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -107,14 +114,19 @@ class FakeResponse:
 def _describe(chunk: bytes) -> str:
     try:
         doc = json.loads(chunk)
+        if doc["type"] == "ERROR":
+            return f"ERROR {doc['object'].get('code')}"
+        if doc["type"] == "BOOKMARK":
+            return f"BOOKMARK {doc['object']['metadata']['resourceVersion']}"
         return f"{doc['type']} {doc['object']['metadata']['name']}"
     except (ValueError, KeyError, TypeError):
         return f"{len(chunk)} bytes"
 
 
 class FakeCoreApi:
-    """``list_namespaced_pod``: a list answers ``resourceVersion`` 1, 2, 3 ... in turn;
-    a watch plays the next session of the script."""
+    """``list_namespaced_pod``: a list answers ``resourceVersion`` 1, 2, 3 ... in turn with the
+    pods in ``listed``, a page of ``limit`` at a time; a watch plays the next session of the
+    script."""
 
     def __init__(self, sessions: Sequence[Session] = (), journal: list[str] | None = None) -> None:
         self.sessions: deque[Session] = deque(sessions)
@@ -122,6 +134,13 @@ class FakeCoreApi:
         self.watch_calls: list[dict[str, Any]] = []
         self.responses: list[FakeResponse] = []
         self.lists = 0
+        #: What a list answers (pod manifests), and every list request's arguments.
+        self.listed: list[dict[str, Any]] = []
+        self.list_calls: list[dict[str, Any]] = []
+        #: The pods each new list answers, in turn (then ``listed`` stays as the last one set).
+        self.list_script: deque[list[dict[str, Any]]] = deque()
+        #: Raised by the next list request that continues a paged list (an expired token).
+        self.fail_continue: BaseException | None = None
         self.drained = threading.Event()
         self.release = threading.Event()
 
@@ -129,10 +148,7 @@ class FakeCoreApi:
         assert namespace == "slurm"
         assert kwargs["_preload_content"] is False
         if not kwargs.get("watch"):
-            self.lists += 1
-            self.journal.append(f"list {self.lists}")
-            body = {"kind": "PodList", "metadata": {"resourceVersion": str(self.lists)}}
-            return FakeResponse(data=json.dumps({**body, "items": []}).encode())
+            return self._list(kwargs)
         self.watch_calls.append(kwargs)
         self.journal.append(f"watch {kwargs['resource_version']}")
         if not self.sessions:
@@ -146,6 +162,29 @@ class FakeCoreApi:
         response.journal = self.journal
         self.responses.append(response)
         return response
+
+    def _list(self, kwargs: dict[str, Any]) -> FakeResponse:
+        self.list_calls.append(kwargs)
+        token = kwargs.get("_continue")
+        if token:  # "<version>:<offset>", as this fake hands it out
+            self.journal.append(f"page {token}")
+            if self.fail_continue is not None:
+                error, self.fail_continue = self.fail_continue, None
+                raise error
+            version, offset = token.split(":")
+        else:
+            self.lists += 1
+            self.journal.append(f"list {self.lists}")
+            if self.list_script:
+                self.listed = self.list_script.popleft()
+            version, offset = str(self.lists), "0"
+        start = int(offset)
+        end = start + int(kwargs.get("limit") or len(self.listed) or 1)
+        metadata = {"resourceVersion": version}
+        if end < len(self.listed):
+            metadata["continue"] = f"{version}:{end}"
+        body = {"kind": "PodList", "metadata": metadata, "items": self.listed[start:end]}
+        return FakeResponse(data=json.dumps(body).encode())
 
 
 # -- an API server on a loopback port, for the write paths -----------------------------------------

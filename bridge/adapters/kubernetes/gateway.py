@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 #: Default budget of one pod delete, retries included (see PodGateway.delete_budget_s).
 DELETE_BUDGET_S = 5.0
+#: Pods per page of a list (the API server's ``limit``).
+LIST_PAGE_SIZE = 500
 #: Default number of pod creates and deletes in flight. The API server, not the client, is the
 #: limit once a create is bytes out and a status back (issue 11: 64 lean threads made 1,000 pods
 #: in 2.0-2.4 s); settings.BridgeSettings.create_concurrency is the configured value.
@@ -64,6 +66,7 @@ class PodGateway:
         self.selector = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_CLUSTER}={cluster_name}"
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="k8s")
         self._timeout = request_timeout_s
+        self.list_page_size = LIST_PAGE_SIZE
         self.events = events or EventRecorder(self._send_event)
         #: A delete (all its retries) ends within this: a suspend must answer well inside
         #: SuspendTimeout, and a pod left behind is the reconciler's to remove next pass.
@@ -105,23 +108,44 @@ class PodGateway:
     # -- reading ---------------------------------------------------------------------------------
 
     def list_pods(self) -> tuple[list[PodView], str]:
-        """Our pods and the list's resourceVersion (to watch from)."""
-        response = call(
-            "list pods",
-            lambda: self._api.list_namespaced_pod(
-                self.namespace,
-                label_selector=self.selector,
-                _preload_content=False,
-                _request_timeout=self._timeout,
-            ),
-        )
-        body = json.loads(response.data)
-        return [pod_view(item) for item in body.get("items", [])], str(
-            body["metadata"].get("resourceVersion", "")
-        )
+        """Our pods and the list's resourceVersion (to watch from).
 
-    def watch(self, resource_version: str, timeout_s: int = 60) -> Iterator[PodEvent]:
-        """Pod events after ``resource_version``; ends after ``timeout_s``.
+        Read in pages of ``list_page_size``: the API server serves each page from one snapshot,
+        and no single answer holds ten thousand pods. A continue token that expired meanwhile
+        raises :class:`WatchExpired` (410), like a watch: list again.
+        """
+        pods: list[PodView] = []
+        version, token = "", ""
+        while True:
+            response = call(
+                "list pods",
+                functools.partial(
+                    self._api.list_namespaced_pod,
+                    self.namespace,
+                    label_selector=self.selector,
+                    limit=self.list_page_size,
+                    _continue=token or None,
+                    _preload_content=False,
+                    _request_timeout=self._timeout,
+                ),
+            )
+            body = json.loads(response.data)
+            pods.extend(pod_view(item) for item in body.get("items") or [])
+            metadata = body.get("metadata") or {}
+            version = version or str(metadata.get("resourceVersion") or "")
+            token = str(metadata.get("continue") or "")
+            if not token:
+                return pods, version
+
+    def watch(
+        self,
+        resource_version: str,
+        timeout_s: int = 60,
+        *,
+        on_bookmark: Callable[[str], None] | None = None,
+    ) -> Iterator[PodEvent]:
+        """Pod events after ``resource_version``; ends after ``timeout_s``. The API server's
+        bookmarks go to ``on_bookmark`` (their resourceVersion), not into the events.
 
         Raises :class:`WatchExpired` when the version is too old (410, as an ERROR event in the
         stream or as the response's status) and another :class:`BackendError`, normally
@@ -136,6 +160,7 @@ class PodGateway:
             resource_version=resource_version,
             timeout_s=timeout_s,
             request_timeout_s=self._timeout,
+            on_bookmark=on_bookmark,
         )
 
     # -- writing ---------------------------------------------------------------------------------
