@@ -157,6 +157,64 @@ def test_many_creates_go_out_in_parallel(server: FakeApiServer) -> None:
     )
 
 
+# -- deletes ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("asked", "answer", "expected", "options"),
+    [
+        pytest.param(("", None), Answer(200), True, {}, id="deleted"),
+        pytest.param(
+            ("u-1", 0),
+            Answer(200),
+            True,
+            {"gracePeriodSeconds": 0, "preconditions": {"uid": "u-1"}},
+            id="forced-that-pod-only",
+        ),
+        pytest.param(
+            ("", None),
+            status_answer(404, "NotFound", 'pods "cpu-0" not found'),
+            False,
+            {},
+            id="gone",
+        ),
+        pytest.param(
+            ("u-1", None),
+            status_answer(409, "Conflict", "Precondition failed: UID in precondition: u-1"),
+            False,
+            {"preconditions": {"uid": "u-1"}},
+            id="a-successor-is-left-alone",
+        ),
+    ],
+)
+def test_a_delete_sends_its_options_as_json_bytes(
+    server: FakeApiServer,
+    asked: tuple[str, int | None],
+    answer: Answer,
+    expected: bool,
+    options: dict[str, Any],
+) -> None:
+    """``asked``: the delete's UID precondition and grace period."""
+    server.answer(f"DELETE {PODS}/cpu-0", answer)
+    uid, grace = asked
+    assert gateway(server).delete_pod("cpu-0", uid, grace) is expected
+    (request,) = server.requests
+    assert request.method == "DELETE"
+    assert json.loads(request.body) == {"apiVersion": "v1", "kind": "DeleteOptions", **options}
+
+
+def test_a_delete_that_keeps_failing_ends_within_its_budget(server: FakeApiServer) -> None:
+    server.default = status_answer(503, "ServiceUnavailable", "shutting down", ("Retry-After", "5"))
+    pods = gateway(server)
+    pods.delete_budget_s = 0.6
+    started = time.monotonic()
+    with pytest.raises(TransientBackendError, match="delete pod cpu-0: "):
+        pods.delete_pod("cpu-0")
+    assert time.monotonic() - started < 1.5
+    # Retry-After (5 s) was cut to the budget: the first attempt and at most one more.
+    assert 1 <= len(server.requests) <= 2
+
+
 # -- 429 and Retry-After ------------------------------------------------------------------------
 
 

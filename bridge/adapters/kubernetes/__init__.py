@@ -7,16 +7,19 @@ what the API server sent; creates and Events go out as JSON bytes, no client mod
 
 * :mod:`.calls`: one API call: errors translated, transient ones retried (within a budget,
   honouring a 429's Retry-After);
-* :mod:`.json_post`: a POST of bytes already serialised, on the client's pool and credentials;
+* :mod:`.json_bytes`: a request whose body is bytes already serialised, on the client's pool
+  and credentials;
 * :mod:`.events`: :class:`EventRecorder`, Events sent in the background from a bounded queue;
 * :mod:`.watch`: the pod watch stream read line by line into :class:`PodEvent`;
+* :mod:`.scale_up`: a cluster autoscaler's Events as the verdict reads them;
 * :mod:`.gateway`: :class:`PodGateway`, the operations the service and ``doctor`` use.
 """
 
 from __future__ import annotations
 
 from bridge.adapters.kubernetes.calls import WatchExpired
-from bridge.adapters.kubernetes.gateway import DELETE_BUDGET_S, PodGateway, scale_up_event
+from bridge.adapters.kubernetes.gateway import DELETE_BUDGET_S, PodGateway
+from bridge.adapters.kubernetes.scale_up import scale_up_event
 from bridge.adapters.kubernetes.watch import PodEvent
 
 __all__ = ["DELETE_BUDGET_S", "PodEvent", "PodGateway", "WatchExpired", "scale_up_event"]

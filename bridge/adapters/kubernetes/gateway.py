@@ -10,13 +10,15 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from bridge.adapters.kubernetes.calls import call, call_within, is_not_found
 from bridge.adapters.kubernetes.events import EVENT_SENDERS, EventRecorder, QueuedEvent
-from bridge.adapters.kubernetes.json_post import post_json
+from bridge.adapters.kubernetes.json_bytes import send_json
+from bridge.adapters.kubernetes.scale_up import scale_up_event
 from bridge.adapters.kubernetes.watch import PodEvent, watch_pods
 from bridge.domain.pods import LABEL_CLUSTER, LABEL_MANAGED_BY, MANAGED_BY, PodView, pod_view
 from bridge.domain.verdict import SCALE_UP_REASONS, ScaleUpEvent
@@ -32,19 +34,6 @@ LIST_PAGE_SIZE = 500
 #: limit once a create is bytes out and a status back (issue 11: 64 lean threads made 1,000 pods
 #: in 2.0-2.4 s); settings.BridgeSettings.create_concurrency is the configured value.
 CONCURRENCY = 64
-
-
-def scale_up_event(item: Mapping[str, Any]) -> ScaleUpEvent | None:
-    """An autoscaler Event (API JSON) as the verdict reads it; ``None`` if it is not one."""
-    involved = item.get("involvedObject") or {}
-    reason = item.get("reason")
-    uid = involved.get("uid")
-    at = item.get("lastTimestamp") or item.get("eventTime") or item.get("firstTimestamp")
-    at = at or (item.get("metadata") or {}).get("creationTimestamp")
-    if reason not in SCALE_UP_REASONS or not isinstance(uid, str) or not isinstance(at, str):
-        return None
-    moment = datetime.fromisoformat(at.replace("Z", "+00:00"))
-    return ScaleUpEvent(uid, reason, str(item.get("message") or ""), moment)
 
 
 class PodGateway:
@@ -100,7 +89,9 @@ class PodGateway:
         api = k8s.CoreV1Api(k8s.ApiClient(configuration))
         return cls(api, namespace=namespace, cluster_name=cluster_name, concurrency=concurrency)
 
-    def close(self) -> None:
+    def close(self, events_grace_s: float = 2.0) -> None:
+        """Send what Events are queued (up to ``events_grace_s``), then let go of everything."""
+        self.events.flush(events_grace_s)
         self.events.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._api.api_client.close()
@@ -177,7 +168,7 @@ class PodGateway:
         try:
             call(
                 f"create pod {name}",
-                lambda: post_json(self._api.api_client, path, body, self._timeout),
+                lambda: send_json(self._api.api_client, "POST", path, body, self._timeout),
             )
         except Conflict:
             if self._is_ours(name):
@@ -205,16 +196,19 @@ class PodGateway:
         With ``uid`` the delete applies only to that pod: a successor of the same name (a new
         Slurm cycle) answers 409 on the precondition and is left alone, which counts as gone.
         """
-        options = k8s.V1DeleteOptions(
-            grace_period_seconds=grace_period_s,
-            preconditions=k8s.V1Preconditions(uid=uid) if uid else None,
-        )
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if grace_period_s is not None:
+            options["gracePeriodSeconds"] = grace_period_s
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        body = json.dumps(options, separators=(",", ":")).encode()
+        path = f"/api/v1/namespaces/{self.namespace}/pods/{quote(name, safe='')}"
         try:
             call_within(
                 f"delete pod {name}",
                 self.delete_budget_s,
-                lambda timeout: self._api.delete_namespaced_pod(
-                    name, self.namespace, body=options, _request_timeout=min(timeout, self._timeout)
+                lambda timeout: send_json(
+                    self._api.api_client, "DELETE", path, body, min(timeout, self._timeout)
                 ),
             )
         except BackendError as e:
@@ -297,7 +291,7 @@ class PodGateway:
         try:
             call(
                 f"event {event.label}",
-                lambda: post_json(self._api.api_client, path, event.body, self._timeout),
+                lambda: send_json(self._api.api_client, "POST", path, event.body, self._timeout),
             )
         except (BackendError, InvalidInput) as e:
             log.warning("event %s not recorded: %s", event.label, e)

@@ -1,4 +1,4 @@
-"""POST a body that is already JSON bytes, through the client's connection pool and credentials.
+"""Send a body that is already JSON bytes, through the client's connection pool and credentials.
 
 The generated methods (``create_namespaced_pod``) validate a dict into a ``V1Pod`` model, turn it
 back into a dict, serialise it, and (unless told not to) parse the 201 answer into another model:
@@ -18,15 +18,16 @@ from kubernetes.client.exceptions import ApiException
 JSON_HEADERS = {"Accept": "application/json", "Content-Type": "application/json"}
 
 
-def post_json(api_client: Any, path: str, body: bytes, timeout_s: float) -> bytes:
-    """POST ``body`` to ``path`` (``/api/v1/namespaces/x/pods``); the answer's bytes.
+def send_json(api_client: Any, method: str, path: str, body: bytes, timeout_s: float) -> bytes:
+    """``method`` (POST, DELETE) ``body`` to ``path`` (``/api/v1/namespaces/x/pods``); the
+    answer's bytes.
 
     Raises what the client's own calls raise: :class:`ApiException` for a status outside 2xx
     (with the response headers, so ``Retry-After`` is seen) and urllib3 or OS errors for the
     connection.
     """
     method, url, headers, _, _ = api_client.param_serialize(
-        method="POST",
+        method=method,
         resource_path=path,
         header_params=dict(JSON_HEADERS),
         auth_settings=["BearerToken"],
@@ -38,6 +39,9 @@ def post_json(api_client: Any, path: str, body: bytes, timeout_s: float) -> byte
         headers=headers,
         timeout=urllib3.Timeout(total=timeout_s),
         preload_content=False,
+        # urllib3 would otherwise retry a 429/503 itself, sleeping its Retry-After up to three
+        # times inside one attempt and past every budget: retries are calls.py's, and only there.
+        retries=False,
     )
     try:
         data: bytes = response.read()
