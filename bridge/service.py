@@ -244,7 +244,9 @@ class BridgeService:
 
         Slurm is read first: a node that registered by then had its pod created before, so the
         pod list that follows shows it (the other order calls a just-registered node's pod
-        missing whenever scontrol is slow).
+        missing whenever scontrol is slow). In the running bridge the pods come from the
+        watch-fed cache (``pod_views``), which sees a pod's ADDED event milliseconds after its
+        create, long before its slurmd can register.
         """
         # Only CLOUD nodes a pool owns: a static node that shares a pool's name is never touched.
         nodes = [
