@@ -8,7 +8,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
 from typing import Protocol
@@ -19,6 +19,7 @@ from bridge.api import TlsServerFiles, build_server
 from bridge.domain.pods import PodView
 from bridge.errors import BridgeError, ConfigError
 from bridge.peer_gate import resolve_uids, user_name
+from bridge.pod_cache import NotSynced, PodCache
 from bridge.service import BridgeService
 from bridge.settings import BridgeConfig
 
@@ -83,6 +84,9 @@ class Reconciler:
                 actions = self.service.reconcile_once()
                 if actions:
                     log.info("reconcile: %d action(s)", len(actions))
+            except NotSynced as e:
+                # Deciding on an empty view would recreate or fail every node: wait for the list.
+                log.info("reconcile pass skipped: %s", e)
             except BridgeError as e:
                 log.warning("reconcile pass failed (next pass retries): %s", e)
             except Exception:
@@ -96,7 +100,13 @@ class PodSource(Protocol):
 
     def list_pods(self) -> tuple[list[PodView], str]: ...
 
-    def watch(self, resource_version: str, timeout_s: int = 60) -> Iterator[PodEvent]: ...
+    def watch(
+        self,
+        resource_version: str,
+        timeout_s: int = 60,
+        *,
+        on_bookmark: Callable[[str], None] | None = None,
+    ) -> Iterator[PodEvent]: ...
 
 
 class Pokeable(Protocol):
@@ -106,13 +116,16 @@ class Pokeable(Protocol):
 
 
 class PodWatcher:
-    """Lists our pods, then watches them and pokes the reconciler on every change.
+    """Keeps ``cache`` current (an informer): lists our pods once, then watches them, applies
+    every change to the cache and pokes the reconciler.
 
-    Every way a watch ends leads to the same recovery: list again, poke the reconciler (the
-    list may hold changes the watch missed) and watch from the list's resourceVersion. That is
-    the server's timeout, 410 Gone, an ERROR event, a dropped connection, a malformed event, or
-    a bug in the client. Repeated failures back off exponentially, ``backoff_s`` doubling up to
-    ``max_backoff_s``; a first 410 relists at once. Only :meth:`stop` ends the loop.
+    A watch the server ends at its timeout resumes from the last resourceVersion seen (an
+    event's or a bookmark's): no list. Every failure leads to the same recovery: list again
+    (the list replaces the cache at once), poke the reconciler (the list may hold changes the
+    watch missed) and watch from the list's resourceVersion. That is 410 Gone, an ERROR event,
+    a dropped connection, a malformed event, or a bug in the client. Repeated failures back off
+    exponentially, ``backoff_s`` doubling up to ``max_backoff_s``; a first 410 relists at once.
+    Only :meth:`stop` ends the loop.
     """
 
     def __init__(
@@ -120,12 +133,14 @@ class PodWatcher:
         pods: PodSource,
         reconciler: Pokeable,
         *,
+        cache: PodCache | None = None,
         watch_timeout_s: int = 30,
         backoff_s: float = 0.5,
         max_backoff_s: float = 10.0,
     ) -> None:
         self.pods = pods
         self.reconciler = reconciler
+        self.cache = cache or PodCache()
         self.watch_timeout_s = watch_timeout_s
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
@@ -150,24 +165,34 @@ class PodWatcher:
 
     def _run(self) -> None:
         failures = 0  # in a row, without an event or a clean end in between
+        listed_ok = False  # whether the cache holds a list the current watch continues
         while not self._stop.is_set():
             version = ""
             try:
-                listed, version = self.pods.list_pods()
-                if failures:
-                    log.info(
-                        "pod watch recovered: listed %d pod(s), watching from resourceVersion %s",
-                        len(listed),
-                        version,
-                    )
-                self.reconciler.poke()
-                for event in self.pods.watch(version, timeout_s=self.watch_timeout_s):
+                if not listed_ok:
+                    listed, version = self.pods.list_pods()
+                    self.cache.replace(listed, version)
+                    listed_ok = True
+                    if failures:
+                        log.info(
+                            "pod watch recovered: listed %d pod(s), "
+                            "watching from resourceVersion %s",
+                            len(listed),
+                            version,
+                        )
+                    self.reconciler.poke()
+                version = self.cache.version
+                events = self.pods.watch(
+                    version, timeout_s=self.watch_timeout_s, on_bookmark=self.cache.bookmark
+                )
+                for event in events:
                     failures = 0
                     log.debug("pod %s %s phase=%s", event.pod.name, event.kind, event.pod.phase)
+                    self.cache.apply(event.kind, event.pod, event.resource_version)
                     self.reconciler.poke()
                     if self._stop.is_set():
                         return
-                # The server ended the watch at its timeout: a fresh list is cheap, and simple.
+                # The server ended the watch at its timeout: resume from the last version seen.
                 failures = 0
                 continue
             except WatchExpired as e:
@@ -193,6 +218,7 @@ class PodWatcher:
                 failures += 1
                 delay = self._backoff(failures)
                 log.exception("pod watch crashed, listing again in %.2fs", delay)
+            listed_ok = False
             self._stop.wait(delay)
 
 
@@ -251,7 +277,9 @@ def start(config: BridgeConfig) -> Bridge:
         timeout_s=config.slurm.command_timeout_s,
         conf=config.slurm.conf,
     )
-    service = BridgeService(config, slurm, pods)
+    # Reconcile and status read the watch's cache; the watcher below fills it.
+    cache = PodCache()
+    service = BridgeService(config, slurm, pods, pod_views=cache)
     reconciler = Reconciler(service, config.bridge.reconcile_interval_s)
     tls = None
     if config.bridge.tls_cert and config.bridge.tls_key and config.bridge.tls_client_ca:
@@ -269,7 +297,7 @@ def start(config: BridgeConfig) -> Bridge:
         tls=tls,
     )
     server.start()
-    watcher = PodWatcher(pods, reconciler)
+    watcher = PodWatcher(pods, reconciler, cache=cache)
     reconciler.start()
     watcher.start()
     reconciler.poke()  # converge at once after a (re)start

@@ -11,7 +11,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from bridge.domain.hostlist import compress, expand
 from bridge.domain.node_names import check_node_name
@@ -35,55 +35,15 @@ from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
 from bridge.domain.resume_file import jobs_by_node
 from bridge.domain.verdict import ScaleUpEvent, judge_refusal
 from bridge.errors import (
-    BackendError,
     BridgeError,
     InvalidInput,
     NoCapacity,
     TransientBackendError,
 )
+from bridge.ports import PodLister, PodPort, SlurmPort
 from bridge.settings import BridgeConfig
 
 log = logging.getLogger(__name__)
-
-
-class SlurmPort(Protocol):
-    """What the service needs from Slurm (``bridge.adapters.slurm_cli.SlurmCli``)."""
-
-    def list_nodes(self) -> list[SlurmNode]: ...
-
-    def update_nodes(
-        self, names: Sequence[str], *, state: str, reason: str | None = None
-    ) -> None: ...
-
-    def set_node_addresses(self, addresses: Mapping[str, str]) -> None: ...
-
-    def set_node_comment(self, names: Sequence[str], comment: str) -> None: ...
-
-
-class PodPort(Protocol):
-    """What the service needs from Kubernetes (``bridge.adapters.kubernetes.PodGateway``)."""
-
-    def list_pods(self) -> tuple[list[PodView], str]: ...
-
-    def create_pods(
-        self, manifests: Sequence[Mapping[str, Any]]
-    ) -> Mapping[str, bool | BackendError | InvalidInput]: ...
-
-    def delete_pods(
-        self,
-        names: Sequence[str],
-        *,
-        uids: Mapping[str, str] | None = None,
-        grace_period_s: int | None = None,
-    ) -> Mapping[str, bool | BackendError | InvalidInput]: ...
-
-    def pod_exists(self, name: str) -> bool: ...
-
-    def list_scale_up_events(self) -> list[ScaleUpEvent]: ...
-
-    def record_event(
-        self, pod: str, reason: str, message: str, *, warning: bool = False
-    ) -> None: ...
 
 
 def _error_class(error: BridgeError) -> ErrorClass:
@@ -105,11 +65,15 @@ class BridgeService:
         slurm: SlurmPort,
         pods: PodPort,
         *,
+        pod_views: PodLister | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.config = config
         self.slurm = slurm
         self.pods = pods
+        #: Where reconcile and status read the pods: the watch-fed cache when the app has one
+        #: (no list per pass), else ``pods`` itself.
+        self.pod_views: PodLister = pod_views or pods
         self.clock = clock
         self.guards = Guards(
             pod_age_guard=timedelta(seconds=config.bridge.pod_age_guard_s),
@@ -280,13 +244,15 @@ class BridgeService:
 
         Slurm is read first: a node that registered by then had its pod created before, so the
         pod list that follows shows it (the other order calls a just-registered node's pod
-        missing whenever scontrol is slow).
+        missing whenever scontrol is slow). In the running bridge the pods come from the
+        watch-fed cache (``pod_views``), which sees a pod's ADDED event milliseconds after its
+        create, long before its slurmd can register.
         """
         # Only CLOUD nodes a pool owns: a static node that shares a pool's name is never touched.
         nodes = [
             n for n in self.slurm.list_nodes() if n.is_cloud and self.config.pools.owns(n.name)
         ]
-        pods, _ = self.pods.list_pods()
+        pods, _ = self.pod_views.list_pods()
         events: list[ScaleUpEvent] = []
         if any(p.holdup is not None and p.holdup.reason == UNSCHEDULABLE for p in pods):
             try:
@@ -398,7 +364,7 @@ class BridgeService:
     def list_nodes(self, hostlist: str) -> list[NodeStatus]:
         """Slurm's state and the pod side by side, for every pool node (or the hostlist's)."""
         wanted = set(expand(hostlist)) if hostlist.strip() else set(self.config.pools.all_nodes())
-        pods, _ = self.pods.list_pods()
+        pods, _ = self.pod_views.list_pods()
         by_pod = {p.node: p for p in pods}
         nodes = {n.name: n for n in self.slurm.list_nodes()}
         rows = []

@@ -62,7 +62,8 @@ class BridgeSettings:
     #: A pod still terminating this long past its grace period is force-deleted (its kubelet
     #: is gone; nobody else will confirm the delete, and the node's next pod needs the name).
     terminating_margin_s: float = 15.0
-    create_concurrency: int = 16
+    #: Pod creates (and deletes) in flight; 64 keeps pace with one API server (issue 11).
+    create_concurrency: int = 64
     log_format: str = "text"
     #: Who may call over the Unix socket, as user names or uids (checked with SO_PEERCRED).
     #: root, the bridge's own user and Slurm's SlurmUser are always allowed.

@@ -131,10 +131,16 @@ class Tap:
         self.seen.append(("list", version))
         return pods, version
 
-    def watch(self, resource_version: str, timeout_s: int = 60) -> Iterator[PodEvent]:
+    def watch(
+        self,
+        resource_version: str,
+        timeout_s: int = 60,
+        *,
+        on_bookmark: Callable[[str], None] | None = None,
+    ) -> Iterator[PodEvent]:
         self.seen.append(("watch", resource_version))
         try:
-            for event in self.gateway.watch(resource_version, timeout_s):
+            for event in self.gateway.watch(resource_version, timeout_s, on_bookmark=on_bookmark):
                 self.seen.append((event.kind, event.pod.name))
                 yield event
         except Exception as e:

@@ -10,15 +10,23 @@ request plays the next scripted session, as the client library would hand it ove
 
 When the script runs out the next watch is quiet: it sets ``drained`` and blocks until
 ``release`` is set, then ends like a watch the server closed at its timeout.
+
+Writes (creates, Events) go out on the client's own connection pool, not through a generated
+method, so ``FakeApiServer`` serves them over HTTP on a loopback port instead.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from kubernetes import client as k8s
 
 Session = BaseException | Sequence[bytes | BaseException]
 
@@ -28,7 +36,7 @@ def line(event: object) -> bytes:
     return json.dumps(event).encode() + b"\n"
 
 
-def pod(name: str) -> dict[str, Any]:
+def pod(name: str, version: str = "100") -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -36,15 +44,22 @@ def pod(name: str) -> dict[str, Any]:
             "name": name,
             "namespace": "slurm",
             "uid": f"uid-{name}",
-            "resourceVersion": "100",
+            "resourceVersion": version,
             "creationTimestamp": "2026-12-02T12:00:00Z",
         },
         "status": {"phase": "Pending"},
     }
 
 
-def event(kind: str, name: str) -> bytes:
-    return line({"type": kind, "object": pod(name)})
+def event(kind: str, name: str, version: str = "100") -> bytes:
+    return line({"type": kind, "object": pod(name, version)})
+
+
+def bookmark(version: str) -> bytes:
+    """A BOOKMARK event: an object of the watched kind with only its resourceVersion."""
+    return line(
+        {"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": version}}}
+    )
 
 
 def status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -99,14 +114,19 @@ class FakeResponse:
 def _describe(chunk: bytes) -> str:
     try:
         doc = json.loads(chunk)
+        if doc["type"] == "ERROR":
+            return f"ERROR {doc['object'].get('code')}"
+        if doc["type"] == "BOOKMARK":
+            return f"BOOKMARK {doc['object']['metadata']['resourceVersion']}"
         return f"{doc['type']} {doc['object']['metadata']['name']}"
     except (ValueError, KeyError, TypeError):
         return f"{len(chunk)} bytes"
 
 
 class FakeCoreApi:
-    """``list_namespaced_pod``: a list answers ``resourceVersion`` 1, 2, 3 ... in turn;
-    a watch plays the next session of the script."""
+    """``list_namespaced_pod``: a list answers ``resourceVersion`` 1, 2, 3 ... in turn with the
+    pods in ``listed``, a page of ``limit`` at a time; a watch plays the next session of the
+    script."""
 
     def __init__(self, sessions: Sequence[Session] = (), journal: list[str] | None = None) -> None:
         self.sessions: deque[Session] = deque(sessions)
@@ -114,6 +134,13 @@ class FakeCoreApi:
         self.watch_calls: list[dict[str, Any]] = []
         self.responses: list[FakeResponse] = []
         self.lists = 0
+        #: What a list answers (pod manifests), and every list request's arguments.
+        self.listed: list[dict[str, Any]] = []
+        self.list_calls: list[dict[str, Any]] = []
+        #: The pods each new list answers, in turn (then ``listed`` stays as the last one set).
+        self.list_script: deque[list[dict[str, Any]]] = deque()
+        #: Raised by the next list request that continues a paged list (an expired token).
+        self.fail_continue: BaseException | None = None
         self.drained = threading.Event()
         self.release = threading.Event()
 
@@ -121,10 +148,7 @@ class FakeCoreApi:
         assert namespace == "slurm"
         assert kwargs["_preload_content"] is False
         if not kwargs.get("watch"):
-            self.lists += 1
-            self.journal.append(f"list {self.lists}")
-            body = {"kind": "PodList", "metadata": {"resourceVersion": str(self.lists)}}
-            return FakeResponse(data=json.dumps({**body, "items": []}).encode())
+            return self._list(kwargs)
         self.watch_calls.append(kwargs)
         self.journal.append(f"watch {kwargs['resource_version']}")
         if not self.sessions:
@@ -138,3 +162,130 @@ class FakeCoreApi:
         response.journal = self.journal
         self.responses.append(response)
         return response
+
+    def _list(self, kwargs: dict[str, Any]) -> FakeResponse:
+        self.list_calls.append(kwargs)
+        token = kwargs.get("_continue")
+        if token:  # "<version>:<offset>", as this fake hands it out
+            self.journal.append(f"page {token}")
+            if self.fail_continue is not None:
+                error, self.fail_continue = self.fail_continue, None
+                raise error
+            version, offset = token.split(":")
+        else:
+            self.lists += 1
+            self.journal.append(f"list {self.lists}")
+            if self.list_script:
+                self.listed = self.list_script.popleft()
+            version, offset = str(self.lists), "0"
+        start = int(offset)
+        end = start + int(kwargs.get("limit") or len(self.listed) or 1)
+        metadata = {"resourceVersion": version}
+        if end < len(self.listed):
+            metadata["continue"] = f"{version}:{end}"
+        body = {"kind": "PodList", "metadata": metadata, "items": self.listed[start:end]}
+        return FakeResponse(data=json.dumps(body).encode())
+
+
+# -- an API server on a loopback port, for the write paths -----------------------------------------
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request as the stub API server received it (header names in lower case)."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    at: float
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the stub answers: a status, extra headers, and the body's bytes."""
+
+    status: int
+    body: bytes = b"{}"
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def status_answer(code: int, reason: str, message: str, *headers: tuple[str, str]) -> Answer:
+    return Answer(code, json.dumps(status(code, reason, message)).encode(), headers)
+
+
+class FakeApiServer:
+    """A real HTTP server on 127.0.0.1 that the real client library talks to.
+
+    Each request takes the next scripted :class:`Answer` for its method and path (``"POST
+    /api/v1/namespaces/slurm/pods"``) or, once those run out, ``default`` (201 ``{}``).
+    ``hold`` (when set) keeps every answer waiting until it is released: a slow API server.
+    """
+
+    def __init__(self) -> None:
+        self.requests: list[Request] = []
+        self.script: dict[str, deque[Answer]] = {}
+        self.default = Answer(201)
+        self.hold: threading.Event | None = None
+        self._lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _answer(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                answer = fake._next(self.command, self.path, headers, body)
+                self.send_response(answer.status)
+                for name, value in answer.headers:
+                    self.send_header(name, value)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer.body)))
+                self.end_headers()
+                self.wfile.write(answer.body)
+
+            def do_GET(self) -> None:
+                self._answer()
+
+            def do_POST(self) -> None:
+                self._answer()
+
+            def do_DELETE(self) -> None:
+                self._answer()
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def _next(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Answer:
+        with self._lock:
+            self.requests.append(Request(method, path, headers, body, time.monotonic()))
+            queued = self.script.get(f"{method} {path.split('?', maxsplit=1)[0]}")
+            answer = queued.popleft() if queued else self.default
+        if self.hold is not None:
+            self.hold.wait(10)
+        return answer
+
+    def answer(self, method_and_path: str, *answers: Answer) -> None:
+        """Script the next answers to ``method_and_path`` (``"POST /api/v1/..."``)."""
+        self.script.setdefault(method_and_path, deque()).extend(answers)
+
+    def core_api(self) -> k8s.CoreV1Api:
+        """A real ``CoreV1Api`` with a bearer token, pointed at this server."""
+        configuration = k8s.Configuration()
+        configuration.host = f"http://127.0.0.1:{self._server.server_address[1]}"
+        configuration.api_key = {"BearerToken": "t0ken"}
+        configuration.api_key_prefix = {"BearerToken": "Bearer"}
+        return k8s.CoreV1Api(k8s.ApiClient(configuration))
+
+    def close(self) -> None:
+        if self.hold is not None:
+            self.hold.set()
+        self._server.shutdown()
+        self._server.server_close()

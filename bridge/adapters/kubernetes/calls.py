@@ -1,5 +1,8 @@
 """One Kubernetes API call: library errors translated into ``bridge.errors``, transient ones
-retried with tenacity (a fixed number of attempts, or as many as fit in a time budget)."""
+retried with tenacity (a fixed number of attempts, or as many as fit in a time budget).
+
+A 429 (or 503) that carries ``Retry-After`` waits as long as the API server asked: its priority
+and fairness queues say when they will have room, and retrying sooner only fills them again."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from typing import TypeVar
 import urllib3
 from kubernetes.client.exceptions import ApiException
 from tenacity import (
+    RetryCallState,
     retry,
     retry_if_exception_type,
     stop_after_attempt,
@@ -28,6 +32,10 @@ from bridge.errors import (
 )
 
 T = TypeVar("T")
+
+#: The longest Retry-After honoured: a larger hint is a server asking us to give up for now,
+#: and the call's own attempts and budget decide that.
+MAX_RETRY_AFTER_S = 10.0
 
 #: What the client raises when a call fails: an HTTP status, or the connection itself.
 TRANSPORT_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
@@ -71,10 +79,34 @@ def _api_message(e: ApiException) -> str:
     return str(body.get("message") or e.reason)
 
 
+def retry_after_s(error: BaseException | None) -> float | None:
+    """The API server's ``Retry-After`` (seconds) on the 429 or 503 behind ``error``, if any."""
+    cause = error.__cause__ if error is not None else None
+    if not isinstance(cause, ApiException) or cause.status not in (429, 503) or not cause.headers:
+        return None
+    # The client hands over urllib3's case-insensitive HTTPHeaderDict; a plain dict may not be.
+    value = cause.headers.get("Retry-After") or cause.headers.get("retry-after")
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return None  # an HTTP date: the API server never sends one; back off as usual
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+
+
+_backoff = wait_exponential(multiplier=0.2, max=2)
+
+
+def wait_retry_after(state: RetryCallState) -> float:
+    """Tenacity wait: the server's ``Retry-After`` when it sent one, else exponential backoff."""
+    error = state.outcome.exception() if state.outcome is not None else None
+    hinted = retry_after_s(error)
+    return hinted if hinted is not None else _backoff(state)
+
+
 _retry_transient = retry(
     retry=retry_if_exception_type(TransientBackendError),
     stop=stop_after_attempt(4),
-    wait=wait_exponential(multiplier=0.2, max=2),
+    wait=wait_retry_after,
     reraise=True,
 )
 
@@ -97,10 +129,13 @@ def call_within(what: str, budget_s: float, fn: Callable[[float], T]) -> T:
     ``fn(timeout)`` gets what is left of it as its request timeout."""
     deadline = time.monotonic() + budget_s
 
+    def wait_within_budget(state: RetryCallState) -> float:
+        return max(min(wait_retry_after(state), deadline - time.monotonic()), 0.0)
+
     @retry(
         retry=retry_if_exception_type(TransientBackendError),
         stop=stop_after_attempt(4) | stop_after_delay(budget_s),
-        wait=wait_exponential(multiplier=0.2, max=2),
+        wait=wait_within_budget,
         reraise=True,
     )
     def attempt() -> T:

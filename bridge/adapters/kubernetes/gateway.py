@@ -10,17 +10,15 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from bridge.adapters.kubernetes.calls import (
-    TRANSPORT_ERRORS,
-    call,
-    call_within,
-    is_not_found,
-    translate,
-)
+from bridge.adapters.kubernetes.calls import call, call_within, is_not_found
+from bridge.adapters.kubernetes.events import EVENT_SENDERS, EventRecorder, QueuedEvent
+from bridge.adapters.kubernetes.json_bytes import send_json
+from bridge.adapters.kubernetes.scale_up import scale_up_event
 from bridge.adapters.kubernetes.watch import PodEvent, watch_pods
 from bridge.domain.pods import LABEL_CLUSTER, LABEL_MANAGED_BY, MANAGED_BY, PodView, pod_view
 from bridge.domain.verdict import SCALE_UP_REASONS, ScaleUpEvent
@@ -30,19 +28,12 @@ log = logging.getLogger(__name__)
 
 #: Default budget of one pod delete, retries included (see PodGateway.delete_budget_s).
 DELETE_BUDGET_S = 5.0
-
-
-def scale_up_event(item: Mapping[str, Any]) -> ScaleUpEvent | None:
-    """An autoscaler Event (API JSON) as the verdict reads it; ``None`` if it is not one."""
-    involved = item.get("involvedObject") or {}
-    reason = item.get("reason")
-    uid = involved.get("uid")
-    at = item.get("lastTimestamp") or item.get("eventTime") or item.get("firstTimestamp")
-    at = at or (item.get("metadata") or {}).get("creationTimestamp")
-    if reason not in SCALE_UP_REASONS or not isinstance(uid, str) or not isinstance(at, str):
-        return None
-    moment = datetime.fromisoformat(at.replace("Z", "+00:00"))
-    return ScaleUpEvent(uid, reason, str(item.get("message") or ""), moment)
+#: Pods per page of a list (the API server's ``limit``).
+LIST_PAGE_SIZE = 500
+#: Default number of pod creates and deletes in flight. The API server, not the client, is the
+#: limit once a create is bytes out and a status back (issue 11: 64 lean threads made 1,000 pods
+#: in 2.0-2.4 s); settings.BridgeSettings.create_concurrency is the configured value.
+CONCURRENCY = 64
 
 
 class PodGateway:
@@ -54,15 +45,18 @@ class PodGateway:
         *,
         namespace: str,
         cluster_name: str,
-        concurrency: int = 16,
+        concurrency: int = CONCURRENCY,
         request_timeout_s: float = 10.0,
         delete_budget_s: float = DELETE_BUDGET_S,
+        events: EventRecorder | None = None,
     ) -> None:
         self._api = api
         self.namespace = namespace
         self.selector = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_CLUSTER}={cluster_name}"
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="k8s")
         self._timeout = request_timeout_s
+        self.list_page_size = LIST_PAGE_SIZE
+        self.events = events or EventRecorder(self._send_event)
         #: A delete (all its retries) ends within this: a suspend must answer well inside
         #: SuspendTimeout, and a pod left behind is the reconciler's to remove next pass.
         self.delete_budget_s = delete_budget_s
@@ -75,7 +69,7 @@ class PodGateway:
         context: str | None,
         namespace: str,
         cluster_name: str,
-        concurrency: int = 16,
+        concurrency: int = CONCURRENCY,
     ) -> PodGateway:
         """Load credentials (a kubeconfig file, or the in-cluster service account)."""
         configuration = k8s.Configuration()
@@ -89,35 +83,60 @@ class PodGateway:
         except (k8s_config.ConfigException, OSError) as e:
             where = kubeconfig or "the in-cluster service account"
             raise BackendError(f"cannot load Kubernetes credentials from {where}: {e}") from e
-        # One connection per concurrent create; urllib3 otherwise discards the extras noisily.
-        configuration.connection_pool_maxsize = max(concurrency, 4)
+        # One connection per concurrent create and Event sender, and the watch's; urllib3
+        # otherwise discards the extras noisily.
+        configuration.connection_pool_maxsize = max(concurrency, 4) + EVENT_SENDERS + 1
         api = k8s.CoreV1Api(k8s.ApiClient(configuration))
         return cls(api, namespace=namespace, cluster_name=cluster_name, concurrency=concurrency)
 
-    def close(self) -> None:
+    def close(self, events_grace_s: float = 2.0) -> None:
+        """Send what Events are queued (up to ``events_grace_s``), then let go of everything."""
+        self.events.flush(events_grace_s)
+        self.events.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._api.api_client.close()
 
     # -- reading ---------------------------------------------------------------------------------
 
     def list_pods(self) -> tuple[list[PodView], str]:
-        """Our pods and the list's resourceVersion (to watch from)."""
-        response = call(
-            "list pods",
-            lambda: self._api.list_namespaced_pod(
-                self.namespace,
-                label_selector=self.selector,
-                _preload_content=False,
-                _request_timeout=self._timeout,
-            ),
-        )
-        body = json.loads(response.data)
-        return [pod_view(item) for item in body.get("items", [])], str(
-            body["metadata"].get("resourceVersion", "")
-        )
+        """Our pods and the list's resourceVersion (to watch from).
 
-    def watch(self, resource_version: str, timeout_s: int = 60) -> Iterator[PodEvent]:
-        """Pod events after ``resource_version``; ends after ``timeout_s``.
+        Read in pages of ``list_page_size``: the API server serves each page from one snapshot,
+        and no single answer holds ten thousand pods. A continue token that expired meanwhile
+        raises :class:`WatchExpired` (410), like a watch: list again.
+        """
+        pods: list[PodView] = []
+        version, token = "", ""
+        while True:
+            response = call(
+                "list pods",
+                functools.partial(
+                    self._api.list_namespaced_pod,
+                    self.namespace,
+                    label_selector=self.selector,
+                    limit=self.list_page_size,
+                    _continue=token or None,
+                    _preload_content=False,
+                    _request_timeout=self._timeout,
+                ),
+            )
+            body = json.loads(response.data)
+            pods.extend(pod_view(item) for item in body.get("items") or [])
+            metadata = body.get("metadata") or {}
+            version = version or str(metadata.get("resourceVersion") or "")
+            token = str(metadata.get("continue") or "")
+            if not token:
+                return pods, version
+
+    def watch(
+        self,
+        resource_version: str,
+        timeout_s: int = 60,
+        *,
+        on_bookmark: Callable[[str], None] | None = None,
+    ) -> Iterator[PodEvent]:
+        """Pod events after ``resource_version``; ends after ``timeout_s``. The API server's
+        bookmarks go to ``on_bookmark`` (their resourceVersion), not into the events.
 
         Raises :class:`WatchExpired` when the version is too old (410, as an ERROR event in the
         stream or as the response's status) and another :class:`BackendError`, normally
@@ -132,19 +151,24 @@ class PodGateway:
             resource_version=resource_version,
             timeout_s=timeout_s,
             request_timeout_s=self._timeout,
+            on_bookmark=on_bookmark,
         )
 
     # -- writing ---------------------------------------------------------------------------------
 
     def create_pod(self, manifest: Mapping[str, Any]) -> bool:
-        """Create the pod; False when a pod of ours by that name exists already (idempotent)."""
+        """Create the pod; False when a pod of ours by that name exists already (idempotent).
+
+        The manifest goes out as JSON bytes and the 201's body is not parsed: the service
+        needs only "created", and the watch brings the pod as the API server stored it.
+        """
         name = str(manifest["metadata"]["name"])
+        body = json.dumps(manifest, separators=(",", ":")).encode()
+        path = f"/api/v1/namespaces/{self.namespace}/pods"
         try:
             call(
                 f"create pod {name}",
-                lambda: self._api.create_namespaced_pod(
-                    self.namespace, dict(manifest), _request_timeout=self._timeout
-                ),
+                lambda: send_json(self._api.api_client, "POST", path, body, self._timeout),
             )
         except Conflict:
             if self._is_ours(name):
@@ -172,16 +196,19 @@ class PodGateway:
         With ``uid`` the delete applies only to that pod: a successor of the same name (a new
         Slurm cycle) answers 409 on the precondition and is left alone, which counts as gone.
         """
-        options = k8s.V1DeleteOptions(
-            grace_period_seconds=grace_period_s,
-            preconditions=k8s.V1Preconditions(uid=uid) if uid else None,
-        )
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if grace_period_s is not None:
+            options["gracePeriodSeconds"] = grace_period_s
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        body = json.dumps(options, separators=(",", ":")).encode()
+        path = f"/api/v1/namespaces/{self.namespace}/pods/{quote(name, safe='')}"
         try:
             call_within(
                 f"delete pod {name}",
                 self.delete_budget_s,
-                lambda timeout: self._api.delete_namespaced_pod(
-                    name, self.namespace, body=options, _request_timeout=min(timeout, self._timeout)
+                lambda timeout: send_json(
+                    self._api.api_client, "DELETE", path, body, min(timeout, self._timeout)
                 ),
             )
         except BackendError as e:
@@ -233,7 +260,8 @@ class PodGateway:
     def record_event(self, pod: str, reason: str, message: str, *, warning: bool = False) -> None:
         """An Event about ``pod`` (``kubectl describe pod`` / ``get events`` show it).
 
-        Best effort: a lost Event must never fail the operation it describes.
+        Queued and sent in the background (see :class:`EventRecorder`): a lost or slow Event
+        must never fail or delay the operation it describes.
         """
         now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
         event = {
@@ -255,10 +283,18 @@ class PodGateway:
             "lastTimestamp": now,
             "count": 1,
         }
+        body = json.dumps(event, separators=(",", ":")).encode()
+        self.events.record(QueuedEvent(f"{reason} for pod {pod}", body))
+
+    def _send_event(self, event: QueuedEvent) -> None:
+        path = f"/api/v1/namespaces/{self.namespace}/events"
         try:
-            self._api.create_namespaced_event(self.namespace, event, _request_timeout=self._timeout)
-        except TRANSPORT_ERRORS as e:
-            log.warning("event %s for pod %s not recorded: %s", reason, pod, translate(e, "event"))
+            call(
+                f"event {event.label}",
+                lambda: send_json(self._api.api_client, "POST", path, event.body, self._timeout),
+            )
+        except (BackendError, InvalidInput) as e:
+            log.warning("event %s not recorded: %s", event.label, e)
 
     def create_pods(
         self, manifests: Sequence[Mapping[str, Any]]

@@ -8,7 +8,7 @@ The stream is read here rather than through ``kubernetes.watch.Watch``: with
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,10 +19,19 @@ from bridge.errors import TransientBackendError
 
 @dataclass(frozen=True)
 class PodEvent:
-    """One watch event: ``kind`` is ADDED, MODIFIED or DELETED."""
+    """One watch event: ``kind`` is ADDED, MODIFIED or DELETED; ``resource_version`` is the
+    pod's after the change (a watch resumed from it misses nothing)."""
 
     kind: str
     pod: PodView
+    resource_version: str = ""
+
+
+@dataclass(frozen=True)
+class Bookmark:
+    """A BOOKMARK event: nothing we watch changed up to ``resource_version``."""
+
+    resource_version: str
 
 
 def watch_pods(
@@ -33,16 +42,20 @@ def watch_pods(
     resource_version: str,
     timeout_s: int,
     request_timeout_s: float,
+    on_bookmark: Callable[[str], None] | None = None,
 ) -> Iterator[PodEvent]:
     """Events of the pods ``selector`` picks, after ``resource_version``; see
-    ``PodGateway.watch`` for what each failure raises."""
+    ``PodGateway.watch`` for what each failure raises. Bookmarks carry no pod: they go to
+    ``on_bookmark`` (their resourceVersion), not into the events."""
     try:
         response = api.list_namespaced_pod(
             namespace,
             label_selector=selector,
             resource_version=resource_version,
             timeout_seconds=timeout_s,
-            allow_watch_bookmarks=False,
+            # Bookmarks keep the version to resume from fresh while our pods are quiet, so a
+            # watch that ends at its timeout resumes instead of listing everything again.
+            allow_watch_bookmarks=True,
             watch=True,
             _preload_content=False,
             # The server ends the watch after timeout_s; silence well beyond that is a
@@ -54,7 +67,10 @@ def watch_pods(
     try:
         for line in watch_lines(response.stream(amt=None, decode_content=False)):
             event = watch_event(line)
-            if event is not None:
+            if isinstance(event, Bookmark):
+                if on_bookmark is not None:
+                    on_bookmark(event.resource_version)
+            elif event is not None:
                 yield event
     except TRANSPORT_ERRORS as e:
         raise translate(e, "watch pods") from e
@@ -75,9 +91,9 @@ def watch_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
         )
 
 
-def watch_event(line: bytes) -> PodEvent | None:
-    """One line of the stream as a pod event; None for a line that carries no pod change
-    (blank, BOOKMARK). An ERROR event or a malformed line raises (see ``PodGateway.watch``)."""
+def watch_event(line: bytes) -> PodEvent | Bookmark | None:
+    """One line of the stream as a pod event or a bookmark; None for a blank line. An ERROR
+    event or a malformed line raises (see ``PodGateway.watch``)."""
     if not line.strip():
         return None
     try:
@@ -95,12 +111,17 @@ def watch_event(line: bytes) -> PodEvent | None:
             raise WatchExpired(what)
         raise TransientBackendError(what)
     if kind == "BOOKMARK":
-        return None
+        return Bookmark(_resource_version(obj))
     if kind not in ("ADDED", "MODIFIED", "DELETED"):
         raise TransientBackendError(f"watch pods: unknown event type {kind!r}")
     try:
-        return PodEvent(kind, pod_view(obj))
+        return PodEvent(kind, pod_view(obj), _resource_version(obj))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise TransientBackendError(
             f"watch pods: malformed {kind} event: {type(e).__name__}: {e}"
         ) from e
+
+
+def _resource_version(obj: dict[str, Any]) -> str:
+    metadata = obj.get("metadata")
+    return str(metadata.get("resourceVersion") or "") if isinstance(metadata, dict) else ""

@@ -1,0 +1,61 @@
+"""The service's ports: what it needs from Slurm and from Kubernetes, as protocols.
+
+The adapters (``bridge.adapters.slurm_cli.SlurmCli``, ``bridge.adapters.kubernetes.PodGateway``)
+and the unit tests' fakes meet them structurally; nothing here imports an adapter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from bridge.domain.nodes import SlurmNode
+from bridge.domain.pods import PodView
+from bridge.domain.verdict import ScaleUpEvent
+from bridge.errors import BackendError, InvalidInput
+
+
+class PodLister(Protocol):
+    """Where the service reads the bridge's pods: the gateway's list, or the watch-fed cache."""
+
+    def list_pods(self) -> tuple[list[PodView], str]: ...
+
+
+class SlurmPort(Protocol):
+    """What the service needs from Slurm (``bridge.adapters.slurm_cli.SlurmCli``)."""
+
+    def list_nodes(self) -> list[SlurmNode]: ...
+
+    def update_nodes(
+        self, names: Sequence[str], *, state: str, reason: str | None = None
+    ) -> None: ...
+
+    def set_node_addresses(self, addresses: Mapping[str, str]) -> None: ...
+
+    def set_node_comment(self, names: Sequence[str], comment: str) -> None: ...
+
+
+class PodPort(Protocol):
+    """What the service needs from Kubernetes (``bridge.adapters.kubernetes.PodGateway``)."""
+
+    def list_pods(self) -> tuple[list[PodView], str]: ...
+
+    def create_pods(
+        self, manifests: Sequence[Mapping[str, Any]]
+    ) -> Mapping[str, bool | BackendError | InvalidInput]: ...
+
+    def delete_pods(
+        self,
+        names: Sequence[str],
+        *,
+        uids: Mapping[str, str] | None = None,
+        grace_period_s: int | None = None,
+    ) -> Mapping[str, bool | BackendError | InvalidInput]: ...
+
+    def pod_exists(self, name: str) -> bool: ...
+
+    def list_scale_up_events(self) -> list[ScaleUpEvent]: ...
+
+    def record_event(
+        self, pod: str, reason: str, message: str, *, warning: bool = False
+    ) -> None: ...

@@ -1,0 +1,238 @@
+"""The watch-fed pod cache (issue 11): reconcile and status read it instead of listing.
+
+``PodWatcher`` fills a ``PodCache`` from the real ``PodGateway`` over ``FakeCoreApi``: the first
+list, then each event; bookmarks and clean ends resume the watch, a 410 relists and replaces the
+cache whole. ``Snapshots`` (the reconciler as the watcher sees it) writes down what the cache
+held at every poke, which is when the reconciler would read it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from bridge.adapters.kubernetes import PodGateway, WatchExpired
+from bridge.app import PodWatcher, Reconciler
+from bridge.config import parse_config
+from bridge.domain.pods import PodView
+from bridge.pod_cache import NotSynced, PodCache
+from bridge.service import BridgeService
+from tests.unit.fake_kube_api import (
+    FakeCoreApi,
+    Session,
+    bookmark,
+    error_event,
+    event,
+    pod,
+)
+from tests.unit.fakes import MINIMAL_CONFIG, FakePods, FakeSlurm
+
+NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
+GONE = error_event(410, "Expired", "too old resource version: 1 (2117)")
+
+
+class Snapshots:
+    """Pokes recorded as the cache's pod names and version at that moment, in the journal."""
+
+    def __init__(self, cache: PodCache, journal: list[str]) -> None:
+        self.cache = cache
+        self.journal = journal
+
+    def poke(self) -> None:
+        pods, version = self.cache.list_pods()
+        self.journal.append(f"cache {','.join(sorted(p.name for p in pods)) or '-'} @{version}")
+
+
+def run(api: FakeCoreApi) -> tuple[PodCache, list[str]]:
+    """A watcher through ``api``'s script until its watch is quiet; the cache and journal."""
+    cache = PodCache()
+    watcher = PodWatcher(
+        PodGateway(api, namespace="slurm", cluster_name="lab"),
+        Snapshots(cache, api.journal),
+        cache=cache,
+        watch_timeout_s=5,
+        backoff_s=0.01,
+        max_backoff_s=0.04,
+    )
+    watcher.start()
+    try:
+        assert api.drained.wait(10), f"the watcher stalled: {api.journal}"
+    finally:
+        watcher.stop()
+        api.release.set()
+        assert watcher.stop(wait_s=5)
+    return cache, api.journal
+
+
+@pytest.mark.parametrize(
+    ("listed", "sessions", "expected"),
+    [
+        pytest.param(
+            [[pod("cpu-0", "1")]],
+            [[event("ADDED", "cpu-1", "5"), event("MODIFIED", "cpu-0", "6")]],
+            [
+                "list 1",
+                "cache cpu-0 @1",
+                "watch 1",
+                "send ADDED cpu-1",
+                "cache cpu-0,cpu-1 @5",
+                "send MODIFIED cpu-0",
+                "cache cpu-0,cpu-1 @6",
+                "watch 6",  # a clean end resumes from the last event: no list
+            ],
+            id="list-then-events",
+        ),
+        pytest.param(
+            [[pod("cpu-0", "1"), pod("cpu-1", "1")]],
+            [[event("DELETED", "cpu-0", "7")]],
+            [
+                "list 1",
+                "cache cpu-0,cpu-1 @1",
+                "watch 1",
+                "send DELETED cpu-0",
+                "cache cpu-1 @7",
+                "watch 7",
+            ],
+            id="a-deleted-pod-leaves-with-its-event",
+        ),
+        pytest.param(
+            [[]],
+            [[event("ADDED", "cpu-0", "3"), bookmark("40")], [bookmark("90")]],
+            [
+                "list 1",
+                "cache - @1",
+                "watch 1",
+                "send ADDED cpu-0",
+                "cache cpu-0 @3",
+                "send BOOKMARK 40",
+                "watch 40",
+                "send BOOKMARK 90",
+                "watch 90",
+            ],
+            id="bookmarks-move-the-version-to-resume-from",
+        ),
+        pytest.param(
+            [[pod("cpu-0", "1"), pod("cpu-1", "1")], [pod("cpu-1", "2"), pod("cpu-2", "2")]],
+            [[event("MODIFIED", "cpu-0", "4"), GONE]],
+            [
+                "list 1",
+                "cache cpu-0,cpu-1 @1",
+                "watch 1",
+                "send MODIFIED cpu-0",
+                "cache cpu-0,cpu-1 @4",
+                "send ERROR 410",
+                "list 2",  # only the 410 relists; the list replaces the cache whole
+                "cache cpu-1,cpu-2 @2",
+                "watch 2",
+            ],
+            id="a-410-relists-and-replaces-the-cache",
+        ),
+    ],
+)
+def test_the_cache_follows_the_list_and_the_watch(
+    listed: list[list[dict[str, object]]], sessions: list[Session], expected: list[str]
+) -> None:
+    api = FakeCoreApi(sessions)
+    api.list_script.extend(listed)
+    cache, journal = run(api)
+    assert journal == expected
+    assert cache.synced
+
+
+def test_the_first_list_and_a_relist_are_paged() -> None:
+    api = FakeCoreApi()
+    api.listed = [pod(f"cpu-{n}", "1") for n in range(5)]
+    pods = PodGateway(api, namespace="slurm", cluster_name="lab")
+    pods.list_page_size = 2
+    listed, version = pods.list_pods()
+    assert sorted(p.name for p in listed) == [f"cpu-{n}" for n in range(5)]
+    assert version == "1"
+    assert api.journal == ["list 1", "page 1:2", "page 1:4"]
+    assert [c["limit"] for c in api.list_calls] == [2, 2, 2]
+    assert [c["_continue"] for c in api.list_calls] == [None, "1:2", "1:4"]
+
+
+def test_an_expired_continue_token_is_a_410_like_a_watchs() -> None:
+    api = FakeCoreApi()
+    api.listed = [pod(f"cpu-{n}", "1") for n in range(3)]
+    api.fail_continue = ApiException(status=410, reason="Gone", body='{"message": "expired"}')
+    pods = PodGateway(api, namespace="slurm", cluster_name="lab")
+    pods.list_page_size = 2
+    with pytest.raises(WatchExpired, match="list pods: expired"):
+        pods.list_pods()
+
+
+# -- PodCache on its own ------------------------------------------------------------------------
+
+
+def view(name: str) -> PodView:
+    return PodView(name, name, "cpu", "Running", "10.0.0.1", NOW, False, None)
+
+
+def test_a_read_before_the_first_list_raises_instead_of_answering_no_pods() -> None:
+    cache = PodCache(sync_wait_s=0.05)
+    started = time.monotonic()
+    with pytest.raises(NotSynced, match="no pod list yet"):
+        cache.list_pods()
+    assert time.monotonic() - started >= 0.05
+    cache.replace([view("cpu-0")], "7")
+    assert cache.list_pods() == ([view("cpu-0")], "7")
+
+
+@pytest.mark.parametrize(
+    ("changes", "names", "version"),
+    [
+        pytest.param([("ADDED", "cpu-1", "8")], ["cpu-0", "cpu-1"], "8", id="added"),
+        pytest.param([("MODIFIED", "cpu-0", "8")], ["cpu-0"], "8", id="modified"),
+        pytest.param([("DELETED", "cpu-0", "8")], [], "8", id="deleted"),
+        pytest.param([("DELETED", "cpu-9", "8")], ["cpu-0"], "8", id="deleted-unknown"),
+        pytest.param([("ADDED", "cpu-1", "")], ["cpu-0", "cpu-1"], "7", id="no-version-kept"),
+    ],
+)
+def test_cache_events(changes: list[tuple[str, str, str]], names: list[str], version: str) -> None:
+    cache = PodCache()
+    cache.replace([view("cpu-0")], "7")
+    for kind, name, at in changes:
+        cache.apply(kind, view(name), at)
+    pods, got = cache.list_pods()
+    assert (sorted(p.name for p in pods), got) == (names, version)
+
+
+# -- the reconciler before the first list -------------------------------------------------------
+
+
+def service_on(cache: PodCache) -> tuple[BridgeService, FakeSlurm, FakePods]:
+    slurm = FakeSlurm([], now=NOW)
+    pods = FakePods(now=NOW)
+    config = parse_config(MINIMAL_CONFIG, "bridge.yaml")
+    return BridgeService(config, slurm, pods, pod_views=cache, clock=lambda: NOW), slurm, pods
+
+
+def test_reconcile_reads_the_cache_not_a_list() -> None:
+    cache = PodCache()
+    service, _, pods = service_on(cache)
+    pods.list_pods = lambda: pytest.fail("reconcile listed the pods")  # type: ignore[method-assign]
+    cache.replace([view("cpu-0")], "7")
+    service.reconcile_once()
+    assert [row.node for row in service.list_nodes("cpu-0") if row.pod_phase] == ["cpu-0"]
+
+
+def test_a_pass_before_the_first_list_is_skipped_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cache = PodCache(sync_wait_s=0.01)
+    service, slurm, pods = service_on(cache)
+    reconciler = Reconciler(service, interval_s=60, min_gap_s=0.01)
+    caplog.set_level(logging.INFO, logger="bridge.app")
+    reconciler.start()
+    reconciler.poke()
+    deadline = time.monotonic() + 5
+    while "reconcile pass skipped: pod cache: no pod list yet" not in caplog.text:
+        assert time.monotonic() < deadline, caplog.text
+        time.sleep(0.01)
+    reconciler.stop()
+    assert slurm.updates == [] and pods.create_calls == [] and pods.delete_calls == []

@@ -1,0 +1,385 @@
+"""Pod creates and Events at the API server's pace (issue 11): bytes out, status back, Events
+off the request path, and a 429's Retry-After honoured.
+
+The real ``PodGateway`` and the real client library talk HTTP to ``FakeApiServer``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from bridge.adapters.kubernetes import PodGateway
+from bridge.adapters.kubernetes.calls import (
+    MAX_RETRY_AFTER_S,
+    call,
+    call_within,
+    retry_after_s,
+    translate,
+)
+from bridge.adapters.kubernetes.events import EventRecorder, QueuedEvent
+from bridge.errors import (
+    BackendError,
+    Conflict,
+    InvalidInput,
+    TransientBackendError,
+)
+from tests.unit.fake_kube_api import Answer, FakeApiServer, status_answer
+
+PODS = "/api/v1/namespaces/slurm/pods"
+EVENTS = "/api/v1/namespaces/slurm/events"
+
+
+@pytest.fixture
+def server() -> Iterator[FakeApiServer]:
+    fake = FakeApiServer()
+    yield fake
+    fake.close()
+
+
+def gateway(server: FakeApiServer) -> PodGateway:
+    return PodGateway(server.core_api(), namespace="slurm", cluster_name="lab", concurrency=8)
+
+
+def manifest(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"slurm-k8s-bridge.io/node": name}},
+        "spec": {"containers": [{"name": "slurmd", "image": "localhost/slurmd:dev"}]},
+    }
+
+
+def posts(server: FakeApiServer, path: str) -> list[Any]:
+    return [r for r in server.requests if r.method == "POST" and r.path == path]
+
+
+# -- creates ------------------------------------------------------------------------------------
+
+
+def test_a_create_sends_the_manifest_as_json_bytes_with_the_credentials(
+    server: FakeApiServer,
+) -> None:
+    # The 201's body is not JSON here: the create must not parse what it does not need.
+    server.answer(f"POST {PODS}", Answer(201, b"not json: nobody reads this"))
+    assert gateway(server).create_pod(manifest("cpu-0")) is True
+
+    (request,) = server.requests
+    assert json.loads(request.body) == manifest("cpu-0")
+    assert request.headers["content-type"] == "application/json"
+    assert request.headers["authorization"] == "Bearer t0ken"
+
+
+@pytest.mark.parametrize(
+    ("answers", "expected", "requests"),
+    [
+        pytest.param([Answer(201)], True, 1, id="created"),
+        pytest.param(
+            [status_answer(500, "InternalError", "etcd"), Answer(201)],
+            True,
+            2,
+            id="5xx-retried",
+        ),
+        pytest.param(
+            [status_answer(500, "InternalError", "etcd")] * 4,
+            TransientBackendError,
+            4,
+            id="5xx-four-attempts",
+        ),
+        pytest.param(
+            [status_answer(422, "Invalid", "spec.containers: Required value")],
+            InvalidInput,
+            1,
+            id="422-not-retried",
+        ),
+        pytest.param(
+            [status_answer(403, "Forbidden", "pods is forbidden")],
+            BackendError,
+            1,
+            id="403-not-retried",
+        ),
+    ],
+)
+def test_only_transient_create_failures_are_retried(
+    server: FakeApiServer, answers: list[Answer], expected: object, requests: int
+) -> None:
+    server.answer(f"POST {PODS}", *answers)
+    pods = gateway(server)
+    if isinstance(expected, bool):
+        assert pods.create_pod(manifest("cpu-0")) is expected
+    else:
+        assert isinstance(expected, type)
+        with pytest.raises(expected):
+            pods.create_pod(manifest("cpu-0"))
+    assert len(posts(server, PODS)) == requests
+
+
+@pytest.mark.parametrize(
+    ("labels", "expected"),
+    [
+        pytest.param(
+            {
+                "app.kubernetes.io/managed-by": "slurm-k8s-bridge",
+                "slurm-k8s-bridge.io/cluster": "lab",
+            },
+            False,
+            id="ours-exists-already",
+        ),
+        pytest.param({"app": "someone-else"}, Conflict, id="not-ours"),
+    ],
+)
+def test_a_409_reads_the_pod_to_tell_ours_from_someone_elses(
+    server: FakeApiServer, labels: dict[str, str], expected: object
+) -> None:
+    server.answer(f"POST {PODS}", status_answer(409, "AlreadyExists", 'pods "cpu-0" exists'))
+    existing = {"metadata": {"name": "cpu-0", "labels": labels}}
+    server.answer(f"GET {PODS}/cpu-0", Answer(200, json.dumps(existing).encode()))
+    pods = gateway(server)
+    if expected is False:
+        assert pods.create_pod(manifest("cpu-0")) is False
+    else:
+        with pytest.raises(Conflict, match="exists and is not managed by the bridge"):
+            pods.create_pod(manifest("cpu-0"))
+
+
+def test_many_creates_go_out_in_parallel(server: FakeApiServer) -> None:
+    server.default = Answer(201)
+    outcome = gateway(server).create_pods([manifest(f"cpu-{n}") for n in range(40)])
+    assert outcome == {f"cpu-{n}": True for n in range(40)}
+    assert sorted(json.loads(r.body)["metadata"]["name"] for r in server.requests) == sorted(
+        f"cpu-{n}" for n in range(40)
+    )
+
+
+# -- deletes ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("asked", "answer", "expected", "options"),
+    [
+        pytest.param(("", None), Answer(200), True, {}, id="deleted"),
+        pytest.param(
+            ("u-1", 0),
+            Answer(200),
+            True,
+            {"gracePeriodSeconds": 0, "preconditions": {"uid": "u-1"}},
+            id="forced-that-pod-only",
+        ),
+        pytest.param(
+            ("", None),
+            status_answer(404, "NotFound", 'pods "cpu-0" not found'),
+            False,
+            {},
+            id="gone",
+        ),
+        pytest.param(
+            ("u-1", None),
+            status_answer(409, "Conflict", "Precondition failed: UID in precondition: u-1"),
+            False,
+            {"preconditions": {"uid": "u-1"}},
+            id="a-successor-is-left-alone",
+        ),
+    ],
+)
+def test_a_delete_sends_its_options_as_json_bytes(
+    server: FakeApiServer,
+    asked: tuple[str, int | None],
+    answer: Answer,
+    expected: bool,
+    options: dict[str, Any],
+) -> None:
+    """``asked``: the delete's UID precondition and grace period."""
+    server.answer(f"DELETE {PODS}/cpu-0", answer)
+    uid, grace = asked
+    assert gateway(server).delete_pod("cpu-0", uid, grace) is expected
+    (request,) = server.requests
+    assert request.method == "DELETE"
+    assert json.loads(request.body) == {"apiVersion": "v1", "kind": "DeleteOptions", **options}
+
+
+def test_a_delete_that_keeps_failing_ends_within_its_budget(server: FakeApiServer) -> None:
+    server.default = status_answer(503, "ServiceUnavailable", "shutting down", ("Retry-After", "5"))
+    pods = gateway(server)
+    pods.delete_budget_s = 0.6
+    started = time.monotonic()
+    with pytest.raises(TransientBackendError, match="delete pod cpu-0: "):
+        pods.delete_pod("cpu-0")
+    assert time.monotonic() - started < 1.5
+    # Retry-After (5 s) was cut to the budget: the first attempt and at most one more.
+    assert 1 <= len(server.requests) <= 2
+
+
+# -- 429 and Retry-After ------------------------------------------------------------------------
+
+
+def throttled(retry_after: str | None) -> Answer:
+    headers = (("Retry-After", retry_after),) if retry_after is not None else ()
+    return status_answer(
+        429, "TooManyRequests", "the server has received too many requests", *headers
+    )
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "least_s", "most_s"),
+    [
+        pytest.param("1.0", 1.0, 3.0, id="waits-as-asked"),
+        pytest.param(None, 0.15, 0.9, id="no-header-backs-off-as-usual"),
+    ],
+)
+def test_a_429_is_retried_after_the_servers_retry_after(
+    server: FakeApiServer, retry_after: str | None, least_s: float, most_s: float
+) -> None:
+    server.answer(f"POST {PODS}", throttled(retry_after), Answer(201))
+    assert gateway(server).create_pod(manifest("cpu-0")) is True
+    first, second = posts(server, PODS)
+    assert least_s <= second.at - first.at < most_s
+
+
+def api_error(status: int, headers: dict[str, str] | None) -> ApiException:
+    error = ApiException(status=status, reason="r", body="{}")
+    error.headers = headers
+    return error
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        pytest.param(api_error(429, {"Retry-After": "2"}), 2.0, id="429"),
+        pytest.param(api_error(429, {"retry-after": "1.5"}), 1.5, id="lower-case-header"),
+        pytest.param(api_error(503, {"Retry-After": "3"}), 3.0, id="503"),
+        pytest.param(api_error(429, {"Retry-After": "600"}), MAX_RETRY_AFTER_S, id="capped"),
+        pytest.param(api_error(429, {"Retry-After": "-1"}), 0.0, id="negative-is-now"),
+        pytest.param(
+            api_error(429, {"Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT"}), None, id="http-date"
+        ),
+        pytest.param(api_error(429, None), None, id="no-headers"),
+        pytest.param(api_error(500, {"Retry-After": "2"}), None, id="not-429-or-503"),
+        pytest.param(OSError("connection refused"), None, id="not-an-http-answer"),
+    ],
+)
+def test_retry_after_is_read_from_the_answer_behind_the_error(
+    error: Exception, expected: float | None
+) -> None:
+    translated = translate(error, "create pod cpu-0")
+    translated.__cause__ = error
+    assert retry_after_s(translated) == expected
+
+
+def test_a_retry_after_never_outlasts_the_calls_budget() -> None:
+    attempts: list[float] = []
+
+    def throttled_call(timeout: float) -> None:
+        attempts.append(time.monotonic())
+        raise api_error(429, {"Retry-After": "5"})
+
+    started = time.monotonic()
+    with pytest.raises(TransientBackendError):
+        call_within("delete pod cpu-0", 0.5, throttled_call)
+    assert time.monotonic() - started < 1.5
+    assert len(attempts) >= 1
+
+
+def test_retries_stop_after_four_attempts_whatever_retry_after_says() -> None:
+    attempts: list[int] = []
+
+    def throttled_call() -> None:
+        attempts.append(1)
+        raise api_error(429, {"Retry-After": "0"})
+
+    with pytest.raises(TransientBackendError, match="HTTP 429"):
+        call("create pod cpu-0", throttled_call)
+    assert len(attempts) == 4
+
+
+# -- Events -------------------------------------------------------------------------------------
+
+
+def test_an_event_is_sent_in_the_background_as_json(server: FakeApiServer) -> None:
+    pods = gateway(server)
+    pods.record_event("cpu-0", "SlurmResume", "Slurm resumed node cpu-0 (jobs 7)")
+    assert pods.events.flush(5)
+    (request,) = posts(server, EVENTS)
+    event = json.loads(request.body)
+    assert event["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": "cpu-0",
+        "namespace": "slurm",
+    }
+    assert (event["reason"], event["type"]) == ("SlurmResume", "Normal")
+    assert event["message"] == "Slurm resumed node cpu-0 (jobs 7)"
+
+
+def test_recording_events_never_waits_for_a_slow_api_server(server: FakeApiServer) -> None:
+    server.hold = threading.Event()
+    pods = gateway(server)
+    started = time.monotonic()
+    for n in range(50):
+        pods.record_event(f"cpu-{n}", "SlurmResume", "resumed")
+    assert time.monotonic() - started < 0.5, "record_event waited for the API server"
+    server.hold.set()
+    assert pods.events.flush(10)
+    assert len(posts(server, EVENTS)) == 50
+
+
+def test_a_failed_event_is_logged_and_the_rest_still_go_out(
+    server: FakeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.answer(f"POST {EVENTS}", status_answer(403, "Forbidden", "events is forbidden"))
+    pods = gateway(server)
+    pods.record_event("cpu-0", "SlurmNodeDown", "down", warning=True)
+    pods.record_event("cpu-1", "SlurmNodeDown", "down", warning=True)
+    assert pods.events.flush(5)
+    assert len(posts(server, EVENTS)) == 2
+    assert "event SlurmNodeDown for pod cpu-0 not recorded" in caplog.text or (
+        "event SlurmNodeDown for pod cpu-1 not recorded" in caplog.text
+    )
+
+
+def test_a_full_event_queue_drops_and_counts_instead_of_blocking(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sending, release = threading.Event(), threading.Event()
+    sent: list[str] = []
+
+    def send(event: QueuedEvent) -> None:
+        sending.set()
+        release.wait(5)
+        sent.append(event.label)
+
+    recorder = EventRecorder(send, capacity=2, senders=1)
+    assert recorder.record(QueuedEvent("e0", b"{}"))
+    assert sending.wait(5)  # the one sender is busy with e0
+    started = time.monotonic()
+    accepted = [recorder.record(QueuedEvent(f"e{n}", b"{}")) for n in range(1, 6)]
+    assert time.monotonic() - started < 0.5
+    assert accepted == [True, True, False, False, False]
+    assert recorder.dropped == 3
+    assert "e3 dropped, 1 Event(s) dropped so far" in caplog.text
+    release.set()
+    assert recorder.flush(5)
+    assert sent == ["e0", "e1", "e2"]
+    recorder.close()
+
+
+def test_a_crash_while_sending_does_not_stop_the_sender(caplog: pytest.LogCaptureFixture) -> None:
+    sent: list[str] = []
+
+    def send(event: QueuedEvent) -> None:
+        if event.label == "bad":
+            raise RuntimeError("bug")
+        sent.append(event.label)
+
+    recorder = EventRecorder(send, senders=1)
+    recorder.record(QueuedEvent("bad", b"{}"))
+    recorder.record(QueuedEvent("good", b"{}"))
+    assert recorder.flush(5)
+    assert sent == ["good"]
+    assert "event bad: sending crashed" in caplog.text
+    recorder.close()
