@@ -25,6 +25,7 @@ OUTCOME_TO_PB: dict[Outcome, pb.Outcome] = {
     Outcome.OK: pb.OUTCOME_OK,
     Outcome.REJECTED: pb.OUTCOME_REJECTED,
     Outcome.FAILED: pb.OUTCOME_FAILED,
+    Outcome.ACCEPTED: pb.OUTCOME_ACCEPTED,
 }
 ERROR_CLASS_TO_PB: dict[ErrorClass, pb.ErrorClass] = {
     ErrorClass.NONE: pb.ERROR_CLASS_NONE,

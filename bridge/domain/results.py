@@ -13,6 +13,8 @@ class Outcome(enum.Enum):
     OK = "ok"  # done, or already so (idempotent repeat)
     REJECTED = "rejected"  # not attempted: the input was wrong for this node
     FAILED = "failed"  # attempted and failed; see the error class
+    # ResumeNodes without wait: the pod is being created; Slurm hears the result, not the caller
+    ACCEPTED = "accepted"
 
 
 class ErrorClass(enum.Enum):

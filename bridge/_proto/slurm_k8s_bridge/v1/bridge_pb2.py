@@ -25,43 +25,43 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n slurm_k8s_bridge/v1/bridge.proto\x12\x13slurm_k8s_bridge.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x90\x01\n\nNodeResult\x12\x0c\n\x04node\x18\x01 \x01(\t\x12-\n\x07outcome\x18\x02 \x01(\x0e\x32\x1c.slurm_k8s_bridge.v1.Outcome\x12\x34\n\x0b\x65rror_class\x18\x03 \x01(\x0e\x32\x1f.slurm_k8s_bridge.v1.ErrorClass\x12\x0f\n\x07message\x18\x04 \x01(\t\"O\n\x12ResumeNodesRequest\x12\x10\n\x08hostlist\x18\x01 \x01(\t\x12\x13\n\x0bresume_file\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"[\n\x13ResumeNodesResponse\x12\x30\n\x07results\x18\x01 \x03(\x0b\x32\x1f.slurm_k8s_bridge.v1.NodeResult\x12\x12\n\nrequest_id\x18\x02 \x01(\t\";\n\x13SuspendNodesRequest\x12\x10\n\x08hostlist\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"\\\n\x14SuspendNodesResponse\x12\x30\n\x07results\x18\x01 \x03(\x0b\x32\x1f.slurm_k8s_bridge.v1.NodeResult\x12\x12\n\nrequest_id\x18\x02 \x01(\t\";\n\x13ResumeFailedRequest\x12\x10\n\x08hostlist\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"\\\n\x14ResumeFailedResponse\x12\x30\n\x07results\x18\x01 \x03(\x0b\x32\x1f.slurm_k8s_bridge.v1.NodeResult\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"z\n\x10NodeEventRequest\x12\x30\n\x04kind\x18\x01 \x01(\x0e\x32\".slurm_k8s_bridge.v1.NodeEventKind\x12\x10\n\x08hostlist\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"Y\n\x11NodeEventResponse\x12\x30\n\x07results\x18\x01 \x03(\x0b\x32\x1f.slurm_k8s_bridge.v1.NodeResult\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"$\n\x10ListNodesRequest\x12\x10\n\x08hostlist\x18\x01 \x01(\t\"\x9b\x01\n\nNodeStatus\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x13\n\x0bslurm_state\x18\x03 \x01(\t\x12\x11\n\tpod_phase\x18\x04 \x01(\t\x12\x0e\n\x06pod_ip\x18\x05 \x01(\t\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12)\n\x05since\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"C\n\x11ListNodesResponse\x12.\n\x05nodes\x18\x01 \x03(\x0b\x32\x1f.slurm_k8s_bridge.v1.NodeStatus*\\\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x0e\n\nOUTCOME_OK\x10\x01\x12\x14\n\x10OUTCOME_REJECTED\x10\x02\x12\x12\n\x0eOUTCOME_FAILED\x10\x03*\xab\x01\n\nErrorClass\x12\x14\n\x10\x45RROR_CLASS_NONE\x10\x00\x12\x17\n\x13\x45RROR_CLASS_INVALID\x10\x01\x12\x1c\n\x18\x45RROR_CLASS_UNKNOWN_NODE\x10\x02\x12\x1b\n\x17\x45RROR_CLASS_NO_CAPACITY\x10\x03\x12\x19\n\x15\x45RROR_CLASS_TRANSIENT\x10\x04\x12\x18\n\x14\x45RROR_CLASS_INTERNAL\x10\x05*\xb1\x01\n\rNodeEventKind\x12\x1f\n\x1bNODE_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x18\n\x14NODE_EVENT_KIND_DOWN\x10\x01\x12\x19\n\x15NODE_EVENT_KIND_DRAIN\x10\x02\x12\x18\n\x14NODE_EVENT_KIND_FAIL\x10\x03\x12\x16\n\x12NODE_EVENT_KIND_UP\x10\x04\x12\x18\n\x14NODE_EVENT_KIND_IDLE\x10\x05\x32\xec\x03\n\x06\x42ridge\x12`\n\x0bResumeNodes\x12\'.slurm_k8s_bridge.v1.ResumeNodesRequest\x1a(.slurm_k8s_bridge.v1.ResumeNodesResponse\x12\x63\n\x0cSuspendNodes\x12(.slurm_k8s_bridge.v1.SuspendNodesRequest\x1a).slurm_k8s_bridge.v1.SuspendNodesResponse\x12\x63\n\x0cResumeFailed\x12(.slurm_k8s_bridge.v1.ResumeFailedRequest\x1a).slurm_k8s_bridge.v1.ResumeFailedResponse\x12Z\n\tNodeEvent\x12%.slurm_k8s_bridge.v1.NodeEventRequest\x1a&.slurm_k8s_bridge.v1.NodeEventResponse\x12Z\n\tListNodes\x12%.slurm_k8s_bridge.v1.ListNodesRequest\x1a&.slurm_k8s_bridge.v1.ListNodesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n slurm_k8s_bridge/v1/bridge.proto\x12\x13slurm_k8s_bridge.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x90\x01\n\nNodeResult\x12\x0c\n\x04node\x18\x01 \x01(\t\x12-\n\x07outcome\x18\x02 \x01(\x0e\x32\x1c.slurm_k8s_bridge.v1.Outcome\x12\x34\n\x0b\x65rror_class\x18\x03 \x01(\x0e\x32\x1f.slurm_k8s_bridge.v1.ErrorClass\x12\x0f\n\x07message\x18\x04 \x01(\t\"]\n\x12ResumeNodesRequest\x12\x10\n\x08hostlist\x18\x01 \x01(\t\x12\x13\n\x0bresume_file\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x0c\n\x04wait\x18\x04 \x01(\x08\"[\n\x13ResumeNodesResponse\x12\x30\n\x07results\x18\x01 \x03(\x0b\x32\x1f.slurm_k8s_bridge.v1.NodeResult\x12\x12\n\nrequest_id\x18\x02 \x01(\t\";\n\x13SuspendNodesRequest\x12\x10\n\x08hostlist\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"\\\n\x14SuspendNodesResponse\x12\x30\n\x07results\x18\x01 \x03(\x0b\x32\x1f.slurm_k8s_bridge.v1.NodeResult\x12\x12\n\nrequest_id\x18\x02 \x01(\t\";\n\x13ResumeFailedRequest\x12\x10\n\x08hostlist\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"\\\n\x14ResumeFailedResponse\x12\x30\n\x07results\x18\x01 \x03(\x0b\x32\x1f.slurm_k8s_bridge.v1.NodeResult\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"z\n\x10NodeEventRequest\x12\x30\n\x04kind\x18\x01 \x01(\x0e\x32\".slurm_k8s_bridge.v1.NodeEventKind\x12\x10\n\x08hostlist\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"Y\n\x11NodeEventResponse\x12\x30\n\x07results\x18\x01 \x03(\x0b\x32\x1f.slurm_k8s_bridge.v1.NodeResult\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"$\n\x10ListNodesRequest\x12\x10\n\x08hostlist\x18\x01 \x01(\t\"\x9b\x01\n\nNodeStatus\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x13\n\x0bslurm_state\x18\x03 \x01(\t\x12\x11\n\tpod_phase\x18\x04 \x01(\t\x12\x0e\n\x06pod_ip\x18\x05 \x01(\t\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12)\n\x05since\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"C\n\x11ListNodesResponse\x12.\n\x05nodes\x18\x01 \x03(\x0b\x32\x1f.slurm_k8s_bridge.v1.NodeStatus*r\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x0e\n\nOUTCOME_OK\x10\x01\x12\x14\n\x10OUTCOME_REJECTED\x10\x02\x12\x12\n\x0eOUTCOME_FAILED\x10\x03\x12\x14\n\x10OUTCOME_ACCEPTED\x10\x04*\xab\x01\n\nErrorClass\x12\x14\n\x10\x45RROR_CLASS_NONE\x10\x00\x12\x17\n\x13\x45RROR_CLASS_INVALID\x10\x01\x12\x1c\n\x18\x45RROR_CLASS_UNKNOWN_NODE\x10\x02\x12\x1b\n\x17\x45RROR_CLASS_NO_CAPACITY\x10\x03\x12\x19\n\x15\x45RROR_CLASS_TRANSIENT\x10\x04\x12\x18\n\x14\x45RROR_CLASS_INTERNAL\x10\x05*\xb1\x01\n\rNodeEventKind\x12\x1f\n\x1bNODE_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x18\n\x14NODE_EVENT_KIND_DOWN\x10\x01\x12\x19\n\x15NODE_EVENT_KIND_DRAIN\x10\x02\x12\x18\n\x14NODE_EVENT_KIND_FAIL\x10\x03\x12\x16\n\x12NODE_EVENT_KIND_UP\x10\x04\x12\x18\n\x14NODE_EVENT_KIND_IDLE\x10\x05\x32\xec\x03\n\x06\x42ridge\x12`\n\x0bResumeNodes\x12\'.slurm_k8s_bridge.v1.ResumeNodesRequest\x1a(.slurm_k8s_bridge.v1.ResumeNodesResponse\x12\x63\n\x0cSuspendNodes\x12(.slurm_k8s_bridge.v1.SuspendNodesRequest\x1a).slurm_k8s_bridge.v1.SuspendNodesResponse\x12\x63\n\x0cResumeFailed\x12(.slurm_k8s_bridge.v1.ResumeFailedRequest\x1a).slurm_k8s_bridge.v1.ResumeFailedResponse\x12Z\n\tNodeEvent\x12%.slurm_k8s_bridge.v1.NodeEventRequest\x1a&.slurm_k8s_bridge.v1.NodeEventResponse\x12Z\n\tListNodes\x12%.slurm_k8s_bridge.v1.ListNodesRequest\x1a&.slurm_k8s_bridge.v1.ListNodesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'slurm_k8s_bridge.v1.bridge_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_OUTCOME']._serialized_start=1201
-  _globals['_OUTCOME']._serialized_end=1293
-  _globals['_ERRORCLASS']._serialized_start=1296
-  _globals['_ERRORCLASS']._serialized_end=1467
-  _globals['_NODEEVENTKIND']._serialized_start=1470
-  _globals['_NODEEVENTKIND']._serialized_end=1647
+  _globals['_OUTCOME']._serialized_start=1215
+  _globals['_OUTCOME']._serialized_end=1329
+  _globals['_ERRORCLASS']._serialized_start=1332
+  _globals['_ERRORCLASS']._serialized_end=1503
+  _globals['_NODEEVENTKIND']._serialized_start=1506
+  _globals['_NODEEVENTKIND']._serialized_end=1683
   _globals['_NODERESULT']._serialized_start=91
   _globals['_NODERESULT']._serialized_end=235
   _globals['_RESUMENODESREQUEST']._serialized_start=237
-  _globals['_RESUMENODESREQUEST']._serialized_end=316
-  _globals['_RESUMENODESRESPONSE']._serialized_start=318
-  _globals['_RESUMENODESRESPONSE']._serialized_end=409
-  _globals['_SUSPENDNODESREQUEST']._serialized_start=411
-  _globals['_SUSPENDNODESREQUEST']._serialized_end=470
-  _globals['_SUSPENDNODESRESPONSE']._serialized_start=472
-  _globals['_SUSPENDNODESRESPONSE']._serialized_end=564
-  _globals['_RESUMEFAILEDREQUEST']._serialized_start=566
-  _globals['_RESUMEFAILEDREQUEST']._serialized_end=625
-  _globals['_RESUMEFAILEDRESPONSE']._serialized_start=627
-  _globals['_RESUMEFAILEDRESPONSE']._serialized_end=719
-  _globals['_NODEEVENTREQUEST']._serialized_start=721
-  _globals['_NODEEVENTREQUEST']._serialized_end=843
-  _globals['_NODEEVENTRESPONSE']._serialized_start=845
-  _globals['_NODEEVENTRESPONSE']._serialized_end=934
-  _globals['_LISTNODESREQUEST']._serialized_start=936
-  _globals['_LISTNODESREQUEST']._serialized_end=972
-  _globals['_NODESTATUS']._serialized_start=975
-  _globals['_NODESTATUS']._serialized_end=1130
-  _globals['_LISTNODESRESPONSE']._serialized_start=1132
-  _globals['_LISTNODESRESPONSE']._serialized_end=1199
-  _globals['_BRIDGE']._serialized_start=1650
-  _globals['_BRIDGE']._serialized_end=2142
+  _globals['_RESUMENODESREQUEST']._serialized_end=330
+  _globals['_RESUMENODESRESPONSE']._serialized_start=332
+  _globals['_RESUMENODESRESPONSE']._serialized_end=423
+  _globals['_SUSPENDNODESREQUEST']._serialized_start=425
+  _globals['_SUSPENDNODESREQUEST']._serialized_end=484
+  _globals['_SUSPENDNODESRESPONSE']._serialized_start=486
+  _globals['_SUSPENDNODESRESPONSE']._serialized_end=578
+  _globals['_RESUMEFAILEDREQUEST']._serialized_start=580
+  _globals['_RESUMEFAILEDREQUEST']._serialized_end=639
+  _globals['_RESUMEFAILEDRESPONSE']._serialized_start=641
+  _globals['_RESUMEFAILEDRESPONSE']._serialized_end=733
+  _globals['_NODEEVENTREQUEST']._serialized_start=735
+  _globals['_NODEEVENTREQUEST']._serialized_end=857
+  _globals['_NODEEVENTRESPONSE']._serialized_start=859
+  _globals['_NODEEVENTRESPONSE']._serialized_end=948
+  _globals['_LISTNODESREQUEST']._serialized_start=950
+  _globals['_LISTNODESREQUEST']._serialized_end=986
+  _globals['_NODESTATUS']._serialized_start=989
+  _globals['_NODESTATUS']._serialized_end=1144
+  _globals['_LISTNODESRESPONSE']._serialized_start=1146
+  _globals['_LISTNODESRESPONSE']._serialized_end=1213
+  _globals['_BRIDGE']._serialized_start=1686
+  _globals['_BRIDGE']._serialized_end=2178
 # @@protoc_insertion_point(module_scope)

@@ -16,6 +16,7 @@ class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OUTCOME_OK: _ClassVar[Outcome]
     OUTCOME_REJECTED: _ClassVar[Outcome]
     OUTCOME_FAILED: _ClassVar[Outcome]
+    OUTCOME_ACCEPTED: _ClassVar[Outcome]
 
 class ErrorClass(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -38,6 +39,7 @@ OUTCOME_UNSPECIFIED: Outcome
 OUTCOME_OK: Outcome
 OUTCOME_REJECTED: Outcome
 OUTCOME_FAILED: Outcome
+OUTCOME_ACCEPTED: Outcome
 ERROR_CLASS_NONE: ErrorClass
 ERROR_CLASS_INVALID: ErrorClass
 ERROR_CLASS_UNKNOWN_NODE: ErrorClass
@@ -64,14 +66,16 @@ class NodeResult(_message.Message):
     def __init__(self, node: _Optional[str] = ..., outcome: _Optional[_Union[Outcome, str]] = ..., error_class: _Optional[_Union[ErrorClass, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class ResumeNodesRequest(_message.Message):
-    __slots__ = ("hostlist", "resume_file", "request_id")
+    __slots__ = ("hostlist", "resume_file", "request_id", "wait")
     HOSTLIST_FIELD_NUMBER: _ClassVar[int]
     RESUME_FILE_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FIELD_NUMBER: _ClassVar[int]
     hostlist: str
     resume_file: str
     request_id: str
-    def __init__(self, hostlist: _Optional[str] = ..., resume_file: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+    wait: bool
+    def __init__(self, hostlist: _Optional[str] = ..., resume_file: _Optional[str] = ..., request_id: _Optional[str] = ..., wait: _Optional[bool] = ...) -> None: ...
 
 class ResumeNodesResponse(_message.Message):
     __slots__ = ("results", "request_id")

@@ -70,6 +70,9 @@ class BridgeServicer:
         """ResumeProgram: create one slurmd pod per node. Idempotent: a node whose pod already exists
         (and is ours) answers OK. Nodes that cannot be backed are marked DOWN in Slurm by the bridge
         with a `k8s: ...` reason, so their jobs requeue instead of waiting for ResumeTimeout.
+        With `wait` false (the hooks) the answer comes before the pods are created: ACCEPTED per
+        usable node, the creates' results reach Slurm as above, with no further answer; a bridge
+        stopping meanwhile answers UNAVAILABLE. With `wait` true it answers after every create ended.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
