@@ -53,6 +53,9 @@ class NoOp:
     def resume(self, hostlist: str, resume_file: str, request_id: str) -> list[NodeResult]:
         return [NodeResult(n, Outcome.OK, ErrorClass.NONE) for n in expand(hostlist)]
 
+    def accept_resume(self, hostlist: str, resume_file: str, request_id: str) -> list[NodeResult]:
+        return [NodeResult(n, Outcome.ACCEPTED, ErrorClass.NONE) for n in expand(hostlist)]
+
     def suspend(self, hostlist: str, request_id: str) -> list[NodeResult]:
         return self.resume(hostlist, "", request_id)
 

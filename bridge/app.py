@@ -236,6 +236,8 @@ class Bridge:
         self.server.stop(grace_s)  # type: ignore[attr-defined]
         self.watcher.stop()
         self.reconciler.stop()
+        # Before the gateway closes: accepted resumes still being created need it.
+        self.service.close(grace_s)
         self.pods.close()
 
 

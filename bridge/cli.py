@@ -114,6 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("hostlist", help="Slurm hostlist, e.g. cpu-[0-3]")
         if name == "resume":
             p.add_argument("--resume-file", help="a $SLURM_RESUME_FILE to pass along")
+            p.add_argument(
+                "--wait",
+                action="store_true",
+                help="answer after every pod create ended, ok or failed per node (default: "
+                "answer once the bridge took the nodes, 'accepted' per node, as the hook does; "
+                "nodes Kubernetes refuses are then set DOWN in Slurm by the bridge)",
+            )
         with_socket(p)
         p.set_defaults(func=cmd_hook)
 

@@ -52,8 +52,8 @@ def format_status(rows: Sequence[NodeStatus]) -> str:
 def _print_results(results: Sequence[NodeResult]) -> int:
     failed = 0
     for r in results:
-        if r.outcome is Outcome.OK:
-            print(f"{r.node}: ok")
+        if r.outcome in (Outcome.OK, Outcome.ACCEPTED):
+            print(f"{r.node}: {r.outcome.value}")
         else:
             failed += 1
             print(f"{r.node}: {r.outcome.value} ({r.error_class.value}): {r.message}")
@@ -67,7 +67,8 @@ def call_hook(target: str, args: argparse.Namespace) -> int:
     with BridgeClient(target, timeout_s=args.timeout) as client:
         if args.command == "resume":
             resume_file = Path(args.resume_file).read_text() if args.resume_file else ""
-            return _print_results(client.resume_nodes(args.hostlist, resume_file))
+            results = client.resume_nodes(args.hostlist, resume_file, wait=args.wait)
+            return _print_results(results)
         if args.command == "suspend":
             return _print_results(client.suspend_nodes(args.hostlist))
         return _print_results(client.resume_failed(args.hostlist))

@@ -118,11 +118,15 @@ class BridgeClient:
         self.close()
 
     def resume_nodes(
-        self, hostlist: str, resume_file: str = "", request_id: str = ""
+        self, hostlist: str, resume_file: str = "", request_id: str = "", *, wait: bool = False
     ) -> list[NodeResult]:
-        """ResumeNodes: pods for ``hostlist``; ``resume_file`` is $SLURM_RESUME_FILE's text."""
+        """ResumeNodes: pods for ``hostlist``; ``resume_file`` is $SLURM_RESUME_FILE's text.
+
+        Without ``wait`` the bridge answers before creating the pods (ACCEPTED per usable node);
+        with it, after every create ended (OK or FAILED per node).
+        """
         req = pb.ResumeNodesRequest(
-            hostlist=hostlist, resume_file=resume_file, request_id=request_id
+            hostlist=hostlist, resume_file=resume_file, request_id=request_id, wait=wait
         )
         resp = self._call(lambda t: self._stub.ResumeNodes(req, timeout=t))
         return [result_from_pb(r) for r in resp.results]

@@ -5,6 +5,7 @@
     ├── InvalidInput           bad data from a caller (hostlist, resume file, request field)
     │   └── HostlistError      a hostlist Slurm would also reject
     ├── CallerNotAllowed       the caller's uid or certificate is not on the allow-list
+    ├── BridgeStopping         the bridge is shutting down and takes no new work (UNAVAILABLE)
     └── BackendError           a Slurm or Kubernetes call failed
         ├── TransientBackendError   worth retrying (connection, 5xx, 429, timeouts)
         ├── NoCapacity              Kubernetes cannot place the pod (quota, unschedulable)
@@ -36,6 +37,10 @@ class HostlistError(InvalidInput):
 
 class CallerNotAllowed(BridgeError):
     """The caller may not use the bridge (peer uid or client certificate not allowed)."""
+
+
+class BridgeStopping(BridgeError):
+    """The bridge is shutting down: the call was not taken; a restarted bridge takes a retry."""
 
 
 class BackendError(BridgeError):

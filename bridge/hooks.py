@@ -169,15 +169,19 @@ def _send(call: HookCall, settings: HookSettings, request_id: str) -> str:
     tls = TlsFiles(*settings.tls) if settings.tls else None
     with BridgeClient(settings.target, tls=tls, timeout_s=settings.timeout_s) as client:
         if call.kind == "resume":
-            results = client.resume_nodes(call.hostlist, call.resume_file, request_id)
+            # Not waiting for the pods: at a thousand nodes that outlasts our deadline, and
+            # Slurm ignores our exit status; the bridge sets nodes it cannot back DOWN itself.
+            results = client.resume_nodes(call.hostlist, call.resume_file, request_id, wait=False)
         elif call.kind == "suspend":
             results = client.suspend_nodes(call.hostlist, request_id)
         elif call.kind == "resume_fail":
             results = client.resume_failed(call.hostlist, request_id)
         else:
             results = client.node_event(call.event, call.hostlist, "", request_id)
-    not_ok = [r for r in results if r.outcome.name != "OK"]
-    summary = f"nodes={len(results)} ok={len(results) - len(not_ok)} not_ok={len(not_ok)}"
+    accepted = sum(1 for r in results if r.outcome.name == "ACCEPTED")
+    not_ok = [r for r in results if r.outcome.name not in ("OK", "ACCEPTED")]
+    ok = len(results) - accepted - len(not_ok)
+    summary = f"nodes={len(results)} ok={ok} accepted={accepted} not_ok={len(not_ok)}"
     if not_ok:  # the bridge handles these; listing a few helps whoever reads the hook log
         shown = ", ".join(f"{r.node}:{r.error_class.name}:{r.message}" for r in not_ok[:5])
         summary += f" first_not_ok={shown!r}"

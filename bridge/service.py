@@ -1,7 +1,8 @@
 """Use cases: what Slurm's hooks ask for, the reconcile pass, and the status view.
 
-The service holds no state of its own beyond a lock: Slurm (node power flags, reasons) and
-Kubernetes (labelled pods) are the truth, so a restarted bridge picks up where it left off.
+The service holds no state of its own beyond a lock and the nodes whose pods an accepted resume
+is creating right now: Slurm (node power flags, reasons) and Kubernetes (labelled pods) are the
+truth, so a restarted bridge picks up where it left off.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from bridge.errors import (
     TransientBackendError,
 )
 from bridge.ports import PodLister, PodPort, SlurmPort
+from bridge.resume_dispatcher import ResumeDispatcher
 from bridge.settings import BridgeConfig
 
 log = logging.getLogger(__name__)
@@ -82,6 +84,8 @@ class BridgeService:
         )
         # One reconcile pass at a time; RPCs and the loop may both ask for one.
         self._reconcile_lock = threading.Lock()
+        #: Creates for the resumes answered before their pods exist (accept_resume).
+        self._resumes = ResumeDispatcher()
 
     # -- hooks -----------------------------------------------------------------------------------
 
@@ -141,15 +145,59 @@ class BridgeService:
         except BridgeError as e:
             log.error("could not set DOWN %s (%s): %s", compress(nodes), reason, e)
 
-    def resume(self, hostlist: str, resume_file: str, request_id: str) -> list[NodeResult]:
-        """Create one pod per node; Kubernetes' refusals set the node DOWN with our reason."""
+    def _validate_resume(
+        self, hostlist: str, resume_file: str, request_id: str
+    ) -> tuple[list[str], dict[str, list[str]], list[NodeResult], dict[str, list[int]]]:
+        """What both resume paths do before any pod: :meth:`_split`, and the resume file's
+        jobs per node (a bad file costs only the per-job context)."""
         names, groups, rejected = self._split(hostlist)
         try:
             jobs = jobs_by_node(resume_file)
         except InvalidInput as e:
             log.warning("request %s: %s (resuming the hostlist anyway)", request_id, e)
             jobs = {}
-        results = list(rejected)
+        return names, groups, rejected, jobs
+
+    def resume(self, hostlist: str, resume_file: str, request_id: str) -> list[NodeResult]:
+        """Create one pod per node and answer when every create ended (ResumeNodes with wait);
+        Kubernetes' refusals set the node DOWN with our reason."""
+        names, groups, rejected, jobs = self._validate_resume(hostlist, resume_file, request_id)
+        return in_order(names, rejected + self._create(groups, jobs, request_id))
+
+    def accept_resume(self, hostlist: str, resume_file: str, request_id: str) -> list[NodeResult]:
+        """Validate now, create the pods in the background (ResumeNodes without wait).
+
+        ACCEPTED per usable node, REJECTED as in :meth:`resume`; the creates' results reach
+        Slurm as they do there (a refusal for good sets the node DOWN), with no answer to the
+        caller. Raises :class:`BridgeStopping` once :meth:`close` was called.
+        """
+        names, groups, rejected, jobs = self._validate_resume(hostlist, resume_file, request_id)
+        usable = [n for members in groups.values() for n in members]
+        if usable:
+
+            def create(nodes: list[str]) -> None:
+                self._create(self.config.pools.group(nodes)[0], jobs, request_id)
+
+            queued = self._resumes.submit(usable, create, request_id)
+            if len(queued) < len(usable):
+                log.info(
+                    "request %s: %d node(s) already being created, not queued again",
+                    request_id,
+                    len(usable) - len(queued),
+                )
+        accepted = [NodeResult(n, Outcome.ACCEPTED) for n in usable]
+        return in_order(names, rejected + accepted)
+
+    def close(self, timeout_s: float) -> None:
+        """Take no new resumes; wait up to ``timeout_s`` for the queued creates (then drop them:
+        their nodes stay POWERING_UP and the next start's reconciler creates the pods)."""
+        self._resumes.close(timeout_s)
+
+    def _create(
+        self, groups: Mapping[str, list[str]], jobs: Mapping[str, list[int]], request_id: str
+    ) -> list[NodeResult]:
+        """Render and create the pods of ``groups`` (pool name → nodes); one result per node."""
+        results: list[NodeResult] = []
         settings = self.config.pod_settings()
         manifests: list[dict[str, Any]] = []
         for pool_name, nodes in groups.items():
@@ -183,7 +231,7 @@ class BridgeService:
         # Kubernetes said no for good: fail fast so Slurm requeues instead of waiting.
         for reason, nodes in failed.items():
             self._mark_down(self._cloud_nodes(nodes), reason)
-        return in_order(names, results)
+        return results
 
     def _delete(
         self,
@@ -310,11 +358,22 @@ class BridgeService:
         self._set_comments([a for a in actions if isinstance(a, SetComment)])
         self._update("power_down_force", [a for a in actions if isinstance(a, PowerDown)])
         self._update("resume", [a for a in actions if isinstance(a, ResumeNode)])
-        creates = [a for a in actions if isinstance(a, CreatePod)]
+        creates = self._not_in_flight([a for a in actions if isinstance(a, CreatePod)])
         if creates:
             for action in creates:
                 log.info("reconcile: create pod %s: %s", action.node, action.why)
             self.resume(compress(a.node for a in creates), "", "reconcile")
+
+    def _not_in_flight(self, creates: Sequence[CreatePod]) -> list[CreatePod]:
+        """Those of ``creates`` no accepted resume is creating now: a second create of each of a
+        thousand nodes would double the apiserver's work while the first is under way."""
+        busy = self._resumes.in_flight()
+        if not busy:
+            return list(creates)
+        skipped = [a.node for a in creates if a.node in busy]
+        if skipped:
+            log.debug("reconcile: not creating %s: a resume is creating it", compress(skipped))
+        return [a for a in creates if a.node not in busy]
 
     def _pod_exists(self, node: str) -> bool:
         try:

@@ -22,6 +22,7 @@ from bridge.domain.results import NodeResult, NodeStatus, Outcome
 from bridge.errors import (
     BackendError,
     BridgeError,
+    BridgeStopping,
     CallerNotAllowed,
     ConfigError,
     InvalidInput,
@@ -38,7 +39,12 @@ class BridgeUseCases(Protocol):
     """What the servicer needs from the service layer; one method per RPC."""
 
     def resume(self, hostlist: str, resume_file: str, request_id: str) -> list[NodeResult]:
-        """Back every node of ``hostlist`` with a pod."""
+        """Back every node of ``hostlist`` with a pod; answer when every create ended."""
+        ...
+
+    def accept_resume(self, hostlist: str, resume_file: str, request_id: str) -> list[NodeResult]:
+        """Validate ``hostlist`` and answer at once (ACCEPTED per usable node); the pods are
+        created in the background."""
         ...
 
     def suspend(self, hostlist: str, request_id: str) -> list[NodeResult]:
@@ -66,7 +72,7 @@ def status_code_for(exc: BaseException) -> grpc.StatusCode:
         return grpc.StatusCode.INVALID_ARGUMENT
     if isinstance(exc, CallerNotAllowed):
         return grpc.StatusCode.PERMISSION_DENIED
-    if isinstance(exc, TransientBackendError):
+    if isinstance(exc, TransientBackendError | BridgeStopping):
         return grpc.StatusCode.UNAVAILABLE
     if isinstance(exc, ConfigError | BackendError):
         return grpc.StatusCode.FAILED_PRECONDITION
@@ -109,12 +115,14 @@ class BridgeServicer(pb_grpc.BridgeServicer):
         self, request: pb.ResumeNodesRequest, context: grpc.ServicerContext
     ) -> pb.ResumeNodesResponse:
         """See the proto."""
+        # The hooks do not wait: creating a thousand pods outlasts their deadline (see the proto).
+        resume = self._use_cases.resume if request.wait else self._use_cases.accept_resume
         results, rid = self._mutate(
             "ResumeNodes",
             request.hostlist,
             request.request_id,
             context,
-            lambda rid: self._use_cases.resume(request.hostlist, request.resume_file, rid),
+            lambda rid: resume(request.hostlist, request.resume_file, rid),
         )
         return pb.ResumeNodesResponse(results=results, request_id=rid)
 
@@ -204,12 +212,14 @@ class BridgeServicer(pb_grpc.BridgeServicer):
         for r in results:
             counts[r.outcome] += 1
         log.info(
-            "%s request_id=%s hostlist=%s nodes=%d ok=%d rejected=%d failed=%d elapsed_ms=%.1f",
+            "%s request_id=%s hostlist=%s nodes=%d ok=%d accepted=%d rejected=%d failed=%d "
+            "elapsed_ms=%.1f",
             rpc,
             rid,
             hostlist,
             len(results),
             counts[Outcome.OK],
+            counts[Outcome.ACCEPTED],
             counts[Outcome.REJECTED],
             counts[Outcome.FAILED],
             (time.monotonic() - start) * 1000,
