@@ -85,7 +85,7 @@ class BridgeService:
         # One reconcile pass at a time; RPCs and the loop may both ask for one.
         self._reconcile_lock = threading.Lock()
         #: Creates for the resumes answered before their pods exist (accept_resume).
-        self._resumes = ResumeDispatcher()
+        self.resumes = ResumeDispatcher()
 
     # -- hooks -----------------------------------------------------------------------------------
 
@@ -178,7 +178,7 @@ class BridgeService:
             def create(nodes: list[str]) -> None:
                 self._create(self.config.pools.group(nodes)[0], jobs, request_id)
 
-            queued = self._resumes.submit(usable, create, request_id)
+            queued = self.resumes.submit(usable, create, request_id)
             if len(queued) < len(usable):
                 log.info(
                     "request %s: %d node(s) already being created, not queued again",
@@ -191,7 +191,7 @@ class BridgeService:
     def close(self, timeout_s: float) -> None:
         """Take no new resumes; wait up to ``timeout_s`` for the queued creates (then drop them:
         their nodes stay POWERING_UP and the next start's reconciler creates the pods)."""
-        self._resumes.close(timeout_s)
+        self.resumes.close(timeout_s)
 
     def _create(
         self, groups: Mapping[str, list[str]], jobs: Mapping[str, list[int]], request_id: str
@@ -367,7 +367,7 @@ class BridgeService:
     def _not_in_flight(self, creates: Sequence[CreatePod]) -> list[CreatePod]:
         """Those of ``creates`` no accepted resume is creating now: a second create of each of a
         thousand nodes would double the apiserver's work while the first is under way."""
-        busy = self._resumes.in_flight()
+        busy = self.resumes.in_flight()
         if not busy:
             return list(creates)
         skipped = [a.node for a in creates if a.node in busy]

@@ -27,6 +27,7 @@ from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
 from bridge.errors import (
     BackendError,
     BridgeError,
+    BridgeStopping,
     CallerNotAllowed,
     ConfigError,
     Conflict,
@@ -40,23 +41,31 @@ from bridge.errors import (
 
 @dataclass
 class FakeUseCases:
-    """In-memory use cases: records every call; answers OK per comma-separated node."""
+    """In-memory use cases: records every call; answers OK per comma-separated node (ACCEPTED
+    for a resume that does not wait)."""
 
     calls: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
     error: Exception | None = None
     results: list[NodeResult] | None = None
     statuses: list[NodeStatus] = field(default_factory=list)
 
-    def _answer(self, name: str, hostlist: str, *args: str) -> list[NodeResult]:
+    def _answer(
+        self, name: str, hostlist: str, *args: str, outcome: Outcome = Outcome.OK
+    ) -> list[NodeResult]:
         self.calls.append((name, (hostlist, *args)))
         if self.error is not None:
             raise self.error
         if self.results is not None:
             return self.results
-        return [NodeResult(node, Outcome.OK) for node in hostlist.split(",")]
+        return [NodeResult(node, outcome) for node in hostlist.split(",")]
 
     def resume(self, hostlist: str, resume_file: str, request_id: str) -> list[NodeResult]:
         return self._answer("resume", hostlist, resume_file, request_id)
+
+    def accept_resume(self, hostlist: str, resume_file: str, request_id: str) -> list[NodeResult]:
+        return self._answer(
+            "accept_resume", hostlist, resume_file, request_id, outcome=Outcome.ACCEPTED
+        )
 
     def suspend(self, hostlist: str, request_id: str) -> list[NodeResult]:
         return self._answer("suspend", hostlist, request_id)
@@ -110,12 +119,36 @@ def client(server: BridgeServer, sock: Path) -> Iterator[BridgeClient]:
 # --- every RPC through the client ---------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("wait", "use_case", "outcome"),
+    [(False, "accept_resume", Outcome.ACCEPTED), (True, "resume", Outcome.OK)],
+    ids=["no-wait-accepts", "wait-creates"],
+)
 def test_resume_passes_hostlist_file_and_request_id(
-    client: BridgeClient, fake: FakeUseCases
+    client: BridgeClient, fake: FakeUseCases, wait: bool, use_case: str, outcome: Outcome
 ) -> None:
-    results = client.resume_nodes("c1,c2", '{"all_nodes":"c[1-2]"}', "rid-1")
-    assert results == [NodeResult("c1", Outcome.OK), NodeResult("c2", Outcome.OK)]
-    assert fake.calls == [("resume", ("c1,c2", '{"all_nodes":"c[1-2]"}', "rid-1"))]
+    results = client.resume_nodes("c1,c2", '{"all_nodes":"c[1-2]"}', "rid-1", wait=wait)
+    assert results == [NodeResult("c1", outcome), NodeResult("c2", outcome)]
+    assert fake.calls == [(use_case, ("c1,c2", '{"all_nodes":"c[1-2]"}', "rid-1"))]
+
+
+@pytest.mark.parametrize(
+    ("request_kwargs", "use_case"),
+    [({}, "accept_resume"), ({"wait": False}, "accept_resume"), ({"wait": True}, "resume")],
+    ids=["unset", "false", "true"],
+)
+def test_resume_wait_field_picks_the_use_case(
+    server: BridgeServer,
+    sock: Path,
+    fake: FakeUseCases,
+    request_kwargs: dict[str, bool],
+    use_case: str,
+) -> None:
+    """An older client that never sets ``wait`` gets the fast answer, as the hooks do."""
+    req = pb.ResumeNodesRequest(hostlist="c1", request_id="rid-w", **request_kwargs)
+    with grpc.insecure_channel(f"unix:{sock}") as ch:
+        _stub(ch).ResumeNodes(req, timeout=5)
+    assert fake.calls == [(use_case, ("c1", "", "rid-w"))]
 
 
 @pytest.mark.parametrize(
@@ -201,6 +234,7 @@ def test_empty_hostlist_is_invalid_and_never_reaches_use_cases(
             grpc.StatusCode.UNAVAILABLE,
             TransientBackendError,
         ),
+        (BridgeStopping("stopping"), grpc.StatusCode.UNAVAILABLE, TransientBackendError),
         (ConfigError("pools.yaml:3"), grpc.StatusCode.FAILED_PRECONDITION, BridgeError),
         (NoCapacity("quota"), grpc.StatusCode.FAILED_PRECONDITION, BridgeError),
         (Conflict("pod c1 not ours"), grpc.StatusCode.FAILED_PRECONDITION, BridgeError),
@@ -260,7 +294,7 @@ def test_one_log_line_per_request(client: BridgeClient, caplog: pytest.LogCaptur
     assert len(lines) == 1
     assert "ResumeNodes" in lines[0]
     assert "hostlist=c1,c2" in lines[0]
-    assert "nodes=2 ok=2 rejected=0 failed=0" in lines[0]
+    assert "nodes=2 ok=0 accepted=2 rejected=0 failed=0" in lines[0]
 
 
 # --- reachability and retries ---------------------------------------------------------------
@@ -419,8 +453,8 @@ def test_mtls_round_trip(tls_server: BridgeServer, pki: Path, fake: FakeUseCases
     assert tls_server.tcp_port
     tls = TlsFiles(str(pki / "client.pem"), str(pki / "client.key"), str(pki / "ca.pem"))
     with BridgeClient(f"127.0.0.1:{tls_server.tcp_port}", tls=tls, timeout_s=5.0) as c:
-        assert c.resume_nodes("c1", "{}", "rid-tls") == [NodeResult("c1", Outcome.OK)]
-    assert fake.calls == [("resume", ("c1", "{}", "rid-tls"))]
+        assert c.resume_nodes("c1", "{}", "rid-tls") == [NodeResult("c1", Outcome.ACCEPTED)]
+    assert fake.calls == [("accept_resume", ("c1", "{}", "rid-tls"))]
 
 
 def test_mtls_rejects_a_certificate_from_another_ca(

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from bridge.api import build_server
 from bridge.cli import build_parser, main
 from bridge.cli_calls import format_status
 from bridge.domain.results import NodeStatus
 from tests.unit.fakes import MINIMAL_CONFIG
+from tests.unit.test_api import FakeUseCases
 
 SUBCOMMANDS = [
     "serve",
@@ -301,3 +303,30 @@ def test_check_names_every_global_it_would_change(
     ]
     assert main([*argv, *allow, "--allow-change", "SlurmctldParameters"]) == 0
     assert "[not listed" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("flags", "use_case", "printed"),
+    [
+        ([], "accept_resume", ["c1: accepted", "c2: accepted"]),
+        (["--wait"], "resume", ["c1: ok", "c2: ok"]),
+    ],
+    ids=["default-does-not-wait", "wait"],
+)
+def test_resume_waits_only_with_wait(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    flags: list[str],
+    use_case: str,
+    printed: list[str],
+) -> None:
+    fake = FakeUseCases()
+    sock = tmp_path / "b.sock"
+    server = build_server(fake, unix_socket=str(sock), socket_mode=0o600, max_workers=2)
+    server.start()
+    try:
+        assert main(["resume", "c1,c2", "--socket", f"unix:{sock}", *flags]) == 0
+    finally:
+        server.stop(None)
+    assert [name for name, _ in fake.calls] == [use_case]
+    assert capsys.readouterr().out.splitlines() == printed

@@ -17,6 +17,7 @@ from bridge import hooks
 from bridge.api import BridgeServer, build_server
 from bridge.client import NODE_EVENT_KINDS
 from bridge.domain import resume_file
+from bridge.domain.results import ErrorClass, NodeResult, Outcome
 from bridge.errors import InvalidInput
 from tests.unit.test_api import FakeUseCases
 
@@ -132,12 +133,45 @@ def test_resume_sends_hostlist_and_resume_file_contents(site: Site, fake: FakeUs
     assert done.returncode == 0, done.stderr
     assert len(fake.calls) == 1
     name, (hostlist, contents, request_id) = fake.calls[0]
-    assert (name, hostlist, contents) == ("resume", "c[1-2]", RESUME_24_11)
+    # The hook does not wait for the pods (the bridge's accept path answers at once).
+    assert (name, hostlist, contents) == ("accept_resume", "c[1-2]", RESUME_24_11)
     assert request_id.startswith("resume-")
     [line] = site.log_lines()
-    assert f"request_id={request_id} hostlist=c[1-2] result=ok nodes=1 ok=1" in line
+    assert (
+        f"request_id={request_id} hostlist=c[1-2] result=ok nodes=1 ok=0 accepted=1 not_ok=0"
+        in line
+    )
     assert line in done.stderr
     assert site.scontrol_calls() == []
+
+
+@pytest.mark.usefixtures("server")
+@pytest.mark.parametrize(
+    ("results", "summary"),
+    [
+        (
+            [NodeResult("c1", Outcome.ACCEPTED), NodeResult("c2", Outcome.ACCEPTED)],
+            "nodes=2 ok=0 accepted=2 not_ok=0",
+        ),
+        (
+            [
+                NodeResult("c1", Outcome.OK),
+                NodeResult("c2", Outcome.ACCEPTED),
+                NodeResult("c3", Outcome.REJECTED, ErrorClass.UNKNOWN_NODE, "in no pool"),
+            ],
+            "nodes=3 ok=1 accepted=1 not_ok=1 first_not_ok='c3:UNKNOWN_NODE:in no pool'",
+        ),
+    ],
+    ids=["all-accepted", "mixed"],
+)
+def test_resume_summary_counts_accepted_apart(
+    site: Site, fake: FakeUseCases, results: list[NodeResult], summary: str
+) -> None:
+    fake.results = results
+    done = site.run("resume", "c[1-3]", resume_file="/dev/null")
+    assert done.returncode == 0, done.stderr
+    [line] = site.log_lines()
+    assert f"result=ok {summary} elapsed_ms=" in line
 
 
 @pytest.mark.usefixtures("server")
@@ -571,7 +605,7 @@ def _run_entry(site: Site, script: Path, *args: str) -> subprocess.CompletedProc
 @pytest.mark.parametrize(
     ("function", "args", "expected"),
     [
-        ("resume_entry", ("c[1-2]",), ("resume", "c[1-2]", "")),
+        ("resume_entry", ("c[1-2]",), ("accept_resume", "c[1-2]", "")),
         ("suspend_entry", ("c3",), ("suspend", "c3")),
         ("resume_fail_entry", ("c4",), ("resume_failed", "c4")),
         ("node_event_entry", ("drain", "c5"), ("node_event", "c5", "drain", "")),

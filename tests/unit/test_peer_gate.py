@@ -79,8 +79,8 @@ def call_as(uid: int, sock: Path) -> str:
     ("caller", "allowed", "expected"),
     [
         (NOBODY, frozenset({0}), "ERR CallerNotAllowed"),
-        (NOBODY, frozenset({0, NOBODY}), "OK OK"),
-        (0, frozenset({0}), "OK OK"),
+        (NOBODY, frozenset({0, NOBODY}), "OK ACCEPTED"),
+        (0, frozenset({0}), "OK ACCEPTED"),
         (0, frozenset({NOBODY}), "ERR CallerNotAllowed"),
     ],
 )
@@ -107,7 +107,7 @@ def test_only_allowed_uids_reach_the_service(
         assert len(refusals) == 1, caplog.text
         assert f"uid={caller}(" in refusals[0] and "pid=" in refusals[0]
     else:
-        assert fake.calls == [("resume", ("cpu-0", "", f"from-{caller}"))]
+        assert fake.calls == [("accept_resume", ("cpu-0", "", f"from-{caller}"))]
 
 
 def test_socket_is_never_wider_than_its_mode(open_dir: Path) -> None:
@@ -173,7 +173,7 @@ def test_large_request_passes_the_gate(open_dir: Path) -> None:
             results = client.resume_nodes("cpu-0", contents, "big")
     finally:
         server.stop(0)
-    assert [r.outcome for r in results] == [Outcome.OK]
+    assert [r.outcome for r in results] == [Outcome.ACCEPTED]
     assert fake.calls[0][1][1] == contents
 
 
