@@ -112,7 +112,8 @@ def test_names_no_pool_owns_leave_slurm_untouched_and_the_rest_proceed(
     use("stray-0")
     before = node(pg, "stray-0")
     with BridgeClient(f"unix:{BRIDGE_SOCKET}", timeout_s=10) as client:
-        results = client.resume_nodes("sim-[40-41],stray-0,a{b}", "", "test-unknown")
+        # wait=True: the OKs below are the pods' creates, not only the bridge taking the nodes.
+        results = client.resume_nodes("sim-[40-41],stray-0,a{b}", "", "test-unknown", wait=True)
     assert [(r.node, r.outcome, r.error_class) for r in results] == [
         ("sim-40", Outcome.OK, ErrorClass.NONE),
         ("sim-41", Outcome.OK, ErrorClass.NONE),
@@ -150,25 +151,26 @@ def test_bridge_killed_right_after_accepting_a_resume(
 def test_bridge_killed_mid_resume_is_recovered_from_powering_up_without_a_new_call(
     proving_ground: ProvingGround, use: Use
 ) -> None:
-    """The bridge accepted a Resume, then died before answering: the hook cannot know whether
-    pods are coming, so it leaves the nodes POWERING_UP; the restarted bridge's reconciler
-    creates the pods from that state. Kubernetes is frozen (SIGSTOP) to hold the bridge mid-call.
+    """The bridge accepted a Resume (the hook does not wait for the pods: ACCEPTED), then died
+    before creating them: the nodes stay POWERING_UP, and the restarted bridge's reconciler
+    creates the pods from that state. Kubernetes is frozen (SIGSTOP) to hold the creates.
     """
     pg = proving_ground
     names = ["sim-60", "sim-61"]
     use("sim-[60-61]")
     apiserver = State(pg.layout).running("kube-apiserver")
     assert apiserver is not None
-    no_answer = re.compile(
-        r"resume request_id=\S+ hostlist=\S*sim-\[60-61\]\S* result=BridgeNoAnswer"
+    accepted = re.compile(
+        r"resume request_id=\S+ hostlist=\S*sim-\[60-61\]\S* .*result=ok nodes=\d+ ok=\d+ "
+        r"accepted=[1-9]"
     )
-    seen = len(no_answer.findall(_hooks_log(pg)))
+    seen = len(accepted.findall(_hooks_log(pg)))
     os.kill(apiserver, signal.SIGSTOP)
     try:
         submit(pg, "-p", "sim", "-N2", "-w", "sim-[60-61]", "--wrap", "true")
         wait_for(
-            "the hook to give up waiting for an answer",
-            lambda: len(no_answer.findall(_hooks_log(pg))) > seen or None,
+            "the bridge to accept the resume with Kubernetes frozen",
+            lambda: len(accepted.findall(_hooks_log(pg))) > seen or None,
             40,
         )
         state = node(pg, "sim-60")["State"]
