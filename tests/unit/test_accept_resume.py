@@ -11,11 +11,12 @@ import logging
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
 
+from bridge import app
 from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
 from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
 from bridge.api import build_server
@@ -265,3 +266,25 @@ def test_the_servicer_picks_the_path_by_wait(world: World, tmp_path: Path) -> No
             assert "cpu-1" in world.pods.pods
     finally:
         server.stop(None)
+
+
+def test_bridge_stop_drains_the_resumes_before_the_gateway_closes() -> None:
+    journal: list[str] = []
+
+    class Part:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __getattr__(self, method: str) -> Any:
+            return lambda *args, **kwargs: journal.append(f"{self.name}.{method}{args}")
+
+    bridge = app.Bridge(
+        service=cast(BridgeService, Part("service")),
+        pods=cast(app.PodGateway, Part("pods")),
+        reconciler=cast(app.Reconciler, Part("reconciler")),
+        watcher=cast(app.PodWatcher, Part("watcher")),
+        server=Part("server"),
+    )
+    bridge.stop(grace_s=3.0)
+    assert journal.index("service.close(3.0,)") < journal.index("pods.close()")
+    assert journal.index("reconciler.stop()") < journal.index("service.close(3.0,)")
