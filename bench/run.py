@@ -6,11 +6,13 @@
 3. reconcile pass (bench/reconcile_pass.py): CPU and peak RSS at 1k / 10k / 50k CLOUD nodes of
    Slurm 22.05 and 24.11, Slurm read through a stub command, vs. the same pass reading Slurm's
    output as text with json.loads (the read before issue 11).
-4. pod creation (needs the proving ground, started if absent; left out by --no-ground): the
-   bridge's PodGateway creating 64 pods on kwok nodes with create_concurrency=16 vs. the same
-   with 1 (sequential).
+4. scale (bench/resume_scale.py; needs the proving ground, started if absent; left out by
+   --no-ground): resume and suspend of 1k / 5k / 10k kwok-backed nodes through the real hooks
+   and a second bridge until all pods exist / are gone, beside a lean client (the apiserver's
+   pace), the official client and a StatefulSet (Parallel) doing the same in the same run; and
+   the resume hook's p50/p95 at 1 and 1,000 nodes against that bridge.
 
-``--quick``: reconcile at 1k nodes only and fewer hook samples (a smoke run).
+``--quick``: reconcile at 1k nodes, scale at 200 nodes, fewer hook samples (a smoke run).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "deploy" / "local"))
 
 import reconcile_pass
+import resume_scale
 
 from bridge.api import build_server
 from bridge.domain.hostlist import expand
@@ -136,48 +139,6 @@ def bench_hostlist(runs: int = 10) -> tuple[float, float] | None:
     return ours, theirs
 
 
-def bench_pod_creation(count: int = 64) -> tuple[float, float]:
-    from proving_ground import ground
-    from proving_ground.bridge_daemon import bridge_kubeconfig
-    from proving_ground.layout import Layout
-
-    from bridge.adapters.kubernetes import PodGateway
-    from bridge.config import load_config
-    from bridge.domain.pod_rendering import render_pod
-
-    layout = Layout.default()
-    if not ground.healthy(layout):
-        ground.up(layout)
-    config = load_config(str(ROOT / "deploy" / "local" / "bridge.yaml"))
-    pool = config.pools.by_name("sim")
-    assert pool is not None
-    settings = config.pod_settings()
-    results = []
-    for concurrency in (16, 1):
-        gateway = PodGateway.connect(
-            kubeconfig=str(bridge_kubeconfig(layout)),
-            context=None,
-            namespace=config.kubernetes.namespace,
-            cluster_name="bench",
-            concurrency=concurrency,
-        )
-        names = [f"sim-{i}" for i in range(count)]
-        manifests = []
-        for name in names:
-            manifest = render_pod(pool, name, settings)
-            manifest["metadata"]["name"] = f"bench-{name}"
-            manifest["metadata"]["labels"]["slurm-k8s-bridge.io/cluster"] = "bench"
-            manifests.append(manifest)
-        started = time.perf_counter()
-        created = gateway.create_pods(manifests)
-        results.append(time.perf_counter() - started)
-        assert all(v is True for v in created.values()), created
-        gateway.delete_pods([m["metadata"]["name"] for m in manifests])
-        gateway.close()
-        time.sleep(2)
-    return results[0], results[1]
-
-
 Line = tuple[str, str, str, str]
 
 
@@ -197,6 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--no-ground", action="store_true", help="leave out what needs the proving ground"
+    )
+    parser.add_argument(
+        "--scale-sizes",
+        default="",
+        help="node counts of the scale rows, comma-separated (default 1000,5000,10000; "
+        "--quick: 200)",
     )
     args = parser.parse_args(argv)
     print("slurm-k8s-bridge benchmarks (medians; ratios against a baseline from the same run)\n")
@@ -224,16 +191,13 @@ def main(argv: list[str] | None = None) -> int:
     sizes = reconcile_pass.QUICK_SIZES if args.quick else reconcile_pass.SIZES
     lines += reconcile_pass.table_lines(reconcile_pass.measure_rows(sizes))
     if not args.no_ground:
-        fast, sequential = bench_pod_creation()
-        lines.append(
-            (
-                "pods: create 64 with concurrency 16",
-                f"{fast:.2f} s",
-                f"{sequential:.2f} s (concurrency 1)",
-                f"{fast / sequential:.2f}x ({sequential / fast:.1f}x faster)",
-            )
-        )
-    print_table(lines, [reconcile_pass.NOTE])
+        sizes = [
+            int(n)
+            for n in (args.scale_sizes or ("200" if args.quick else "1000,5000,10000")).split(",")
+        ]
+        hooks = [(1, 5), (200, 3)] if args.quick else [(1, 20), (1000, 10)]
+        lines += resume_scale.table_lines(resume_scale.run(sizes, hooks))
+    print_table(lines, [reconcile_pass.NOTE, resume_scale.NOTE])
     return 0
 
 

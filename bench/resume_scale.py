@@ -1,0 +1,727 @@
+"""`make bench`, scale rows: N slurmd pods made to exist (resume) and to go (suspend) on the
+proving ground's kwok nodes, by the bridge and by the baselines, in the same run.
+
+Contenders, each on the same N pods (the bridge's own rendering of a kwok-backed pool, so every
+pod is byte-for-byte what the bridge sends):
+
+* ``bridge``: a second bridge (``slurm-k8s-bridge serve``, its own socket, ``cluster_name:
+  bench``, one pool ``scale-[0-9999]`` on kwok nodes) called through the real ``resume`` and
+  ``suspend`` hooks, as slurmctld calls them. Its clock starts when the hook is started.
+* ``lean``: the API server's own pace: urllib3, pre-serialised JSON bytes, 64 threads, no model,
+  with the bridge's ServiceAccount token (so the same admission policy runs).
+* ``official``: the official Python client's ``create_namespaced_pod`` /
+  ``delete_namespaced_pod`` from 64 threads, the same token.
+* ``statefulset``: one StatefulSet, ``podManagementPolicy: Parallel``, created with N replicas
+  (suspend: scaled to 0), the kube-controller-manager's defaults doing the work.
+
+"All pods exist" / "all gone" is seen by a separate process watching the pods' metadata (a
+``PartialObjectMetadata`` watch, so parsing costs nothing on the contenders' side), which prints
+the CLOCK_MONOTONIC instant the count was reached; that clock is shared by every process here.
+
+Cleanup between contenders deletes leftovers with the lean client and waits until none remain.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import urllib3
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMESPACE = "slurm"
+CLUSTER = "bench"
+POOL = "scale"
+POOL_NODES = "scale-[0-9999]"
+CONCURRENCY = 64
+LABEL_CLUSTER = "slurm-k8s-bridge.io/cluster"
+LABEL_RUN = "slurm-k8s-bridge.io/bench-run"
+PYTHON = str(ROOT / ".venv" / "bin" / "python")
+BASELINE_CLUSTER = "bench-baseline"
+METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    server: str
+    ca_file: str
+    token: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+
+def read_kubeconfig(path: Path) -> Credentials:
+    """The current context's server and credentials (file paths or a token; both kubeconfigs of
+    the proving ground use these forms)."""
+    config = yaml.safe_load(path.read_text())
+    context_name = config["current-context"]
+    context = next(c["context"] for c in config["contexts"] if c["name"] == context_name)
+    cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
+    user = next(u["user"] for u in config["users"] if u["name"] == context["user"])
+    return Credentials(
+        server=cluster["server"],
+        ca_file=cluster["certificate-authority"],
+        token=user.get("token"),
+        cert_file=user.get("client-certificate"),
+        key_file=user.get("client-key"),
+    )
+
+
+class LeanApi:
+    """The baseline: urllib3 and bytes, nothing else."""
+
+    def __init__(self, credentials: Credentials, maxsize: int = CONCURRENCY) -> None:
+        context = ssl.create_default_context(cafile=credentials.ca_file)
+        if credentials.cert_file and credentials.key_file:
+            context.load_cert_chain(credentials.cert_file, credentials.key_file)
+        self.server = credentials.server
+        self.auth = {"Authorization": f"Bearer {credentials.token}"} if credentials.token else {}
+        self.pool = urllib3.PoolManager(
+            maxsize=maxsize, block=True, ssl_context=context, retries=False
+        )
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        *,
+        accept: str = "application/json",
+        content_type: str = "application/json",
+    ) -> tuple[int, bytes]:
+        headers = {**self.auth, "Accept": accept, "Content-Type": content_type}
+        response = self.pool.request(
+            method, self.server + path, body=body, headers=headers, timeout=60.0
+        )
+        return response.status, response.data
+
+    def lines(self, path: str, accept: str) -> Iterator[bytes]:
+        """A watch's events, one JSON line each."""
+        response = self.pool.request(
+            "GET",
+            self.server + path,
+            headers={**self.auth, "Accept": accept},
+            preload_content=False,
+            timeout=urllib3.Timeout(connect=10.0, read=None),
+        )
+        buffered = b""
+        for chunk in response.read_chunked():
+            buffered += chunk
+            *complete, buffered = buffered.split(b"\n")
+            yield from (line for line in complete if line)
+
+
+def pods_path(name: str = "", **params: str) -> str:
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods" + (f"/{name}" if name else "")
+    query = urllib.parse.urlencode({k: v for k, v in params.items() if v})
+    return path + (f"?{query}" if query else "")
+
+
+def pods_exist(api: LeanApi, selector: str) -> list[str]:
+    """The names of the pods ``selector`` matches now (metadata only)."""
+    status, data = api.request("GET", pods_path(labelSelector=selector), accept=METADATA_LIST)
+    if status != 200:
+        raise RuntimeError(f"list pods {selector}: {status} {data[:300]!r}")
+    return [item["metadata"]["name"] for item in orjson.loads(data)["items"] or []]
+
+
+# -- the watcher: its own process, so its parsing costs no contender CPU ------------------------
+
+
+def watch_main(kubeconfig: str, selector: str, target: int) -> int:
+    """Print ``ready`` once watching, then ``reached <monotonic s>`` when exactly ``target`` pods
+    match ``selector`` (N for a resume, 0 for a suspend)."""
+    api = LeanApi(read_kubeconfig(Path(kubeconfig)), maxsize=2)
+    status, data = api.request("GET", pods_path(labelSelector=selector), accept=METADATA_LIST)
+    if status != 200:
+        print(f"error: list {status} {data[:300]!r}", flush=True)
+        return 1
+    listing = orjson.loads(data)
+    present = {item["metadata"]["name"] for item in listing["items"] or []}
+    print("ready", flush=True)
+    if len(present) == target:
+        print(f"reached {time.monotonic():.6f}", flush=True)
+        return 0
+    path = pods_path(
+        labelSelector=selector,
+        watch="1",
+        resourceVersion=listing["metadata"]["resourceVersion"],
+        allowWatchBookmarks="true",
+    )
+    for line in api.lines(path, METADATA):
+        event = orjson.loads(line)
+        if event["type"] == "ADDED":
+            present.add(event["object"]["metadata"]["name"])
+        elif event["type"] == "DELETED":
+            present.discard(event["object"]["metadata"]["name"])
+        elif event["type"] == "ERROR":
+            print(f"error: watch {event['object']}", flush=True)
+            return 1
+        if len(present) == target:
+            print(f"reached {time.monotonic():.6f}", flush=True)
+            return 0
+    print("error: the watch ended", flush=True)
+    return 1
+
+
+class Watcher:
+    """A watcher process for one selector and count, ready when constructed."""
+
+    def __init__(self, kubeconfig: Path, selector: str, target: int) -> None:
+        self.selector = selector
+        self.process = subprocess.Popen(
+            [PYTHON, __file__, "--watch", str(kubeconfig), selector, str(target)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        first = self.process.stdout.readline().strip()
+        if first != "ready":
+            self.process.kill()
+            self.process.wait()
+            raise RuntimeError(f"watcher for {selector}: {first or 'no output'}")
+
+    def __enter__(self) -> Watcher:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.process.poll() is None:  # the contender failed: nobody waits for the count
+            self.process.kill()
+            self.process.wait()
+
+    def reached(self, timeout_s: float) -> float:
+        """The instant (time.monotonic, shared by all processes) the count was reached."""
+        try:
+            out, _ = self.process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise RuntimeError(
+                f"pods {self.selector}: count not reached within {timeout_s:.0f} s"
+            ) from None
+        last = out.strip().splitlines()[-1] if out.strip() else "no output"
+        if not last.startswith("reached "):
+            raise RuntimeError(f"watcher for {self.selector}: {last}")
+        return float(last.split()[1])
+
+
+# -- the pods ----------------------------------------------------------------------------------
+
+
+def bench_config(socket_path: str) -> dict[str, Any]:
+    """The second bridge's configuration: the proving ground's, with one kwok pool and guards
+    that keep its reconciler off the benchmark's pods (Slurm knows no scale-* node)."""
+    config = yaml.safe_load((ROOT / "deploy" / "local" / "bridge.yaml").read_text())
+    sim = next(p for p in config["pools"] if p["name"] == "sim")
+    config["cluster_name"] = CLUSTER
+    config["bridge"].update(
+        {
+            "socket": socket_path,
+            "reconcile_interval_s": 3600,
+            "pod_age_guard_s": 3600,
+            "create_concurrency": CONCURRENCY,
+            "log_format": "text",
+        }
+    )
+    pool = {**sim, "name": POOL, "nodes": POOL_NODES, "partition": POOL, "features": [POOL]}
+    template = json.loads(json.dumps(pool["pod_template"]))
+    for container in template["spec"]["containers"]:
+        # 10 kwok nodes of 1,000 pods each: the pod count must be what runs out first.
+        container["resources"] = {"requests": {"cpu": "10m", "memory": "16Mi"}}
+    pool["pod_template"] = template
+    config["pools"] = [pool]
+    return config
+
+
+def render(config_path: Path, names: Sequence[str], run: str) -> list[dict[str, Any]]:
+    """The bridge's own pods for ``names``, labelled for a baseline ``run`` (another cluster
+    label, so the second bridge's pod watch does not see them)."""
+    from bridge.config import load_config
+    from bridge.domain.pod_rendering import render_pods
+
+    config = load_config(str(config_path))
+    pool = config.pools.by_name(POOL)
+    if pool is None:
+        raise RuntimeError(f"{config_path}: no pool {POOL}")
+    pods = render_pods(pool, names, config.pod_settings())
+    for pod in pods:
+        pod["metadata"]["labels"][LABEL_CLUSTER] = BASELINE_CLUSTER
+        pod["metadata"]["labels"][LABEL_RUN] = run
+    return pods
+
+
+def names_for(count: int, offset: int = 0) -> list[str]:
+    return [f"scale-{i}" for i in range(offset, offset + count)]
+
+
+def hostlist_of(count: int, offset: int = 0) -> str:
+    return f"scale-[{offset}-{offset + count - 1}]" if count > 1 else f"scale-{offset}"
+
+
+# -- the contenders ----------------------------------------------------------------------------
+
+
+def in_parallel(work: Callable[[Any], None], items: Sequence[Any]) -> None:
+    with ThreadPoolExecutor(CONCURRENCY) as pool:
+        list(pool.map(work, items))
+
+
+def lean_create(api: LeanApi, pods: Sequence[dict[str, Any]]) -> None:
+    bodies = [orjson.dumps(p) for p in pods]  # pre-serialised: the apiserver's pace, not ours
+
+    def post(body: bytes) -> None:
+        status, data = api.request("POST", pods_path(), body)
+        if status != 201:
+            raise RuntimeError(f"lean create: {status} {data[:300]!r}")
+
+    in_parallel(post, bodies)
+
+
+def lean_delete(api: LeanApi, names: Sequence[str]) -> None:
+    def delete(name: str) -> None:
+        status, data = api.request("DELETE", pods_path(name))
+        if status not in (200, 202, 404):
+            raise RuntimeError(f"lean delete {name}: {status} {data[:300]!r}")
+
+    in_parallel(delete, names)
+
+
+def official_core(kubeconfig: Path) -> Any:
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    configuration.connection_pool_maxsize = CONCURRENCY
+    return client.CoreV1Api(client.ApiClient(configuration))
+
+
+def official_create(core: Any, pods: Sequence[dict[str, Any]]) -> None:
+    in_parallel(lambda pod: core.create_namespaced_pod(NAMESPACE, pod), pods)
+
+
+def official_delete(core: Any, names: Sequence[str]) -> None:
+    in_parallel(lambda name: core.delete_namespaced_pod(name, NAMESPACE), names)
+
+
+STS_NAME = "bench-scale"
+STS_PATH = f"/apis/apps/v1/namespaces/{NAMESPACE}/statefulsets"
+
+
+def sts_create(admin: LeanApi, pod: dict[str, Any], replicas: int) -> None:
+    labels = {LABEL_RUN: "statefulset"}
+    # A StatefulSet's pods must restart in place (the API refuses restartPolicy Never).
+    spec = {**{k: v for k, v in pod["spec"].items() if k != "hostname"}, "restartPolicy": "Always"}
+    manifest = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": STS_NAME, "namespace": NAMESPACE},
+        "spec": {
+            "replicas": replicas,
+            "podManagementPolicy": "Parallel",
+            "serviceName": STS_NAME,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": spec},
+        },
+    }
+    status, data = admin.request("POST", STS_PATH, orjson.dumps(manifest))
+    if status != 201:
+        raise RuntimeError(f"statefulset create: {status} {data[:300]!r}")
+
+
+def sts_scale(admin: LeanApi, replicas: int) -> None:
+    status, data = admin.request(
+        "PATCH",
+        f"{STS_PATH}/{STS_NAME}",
+        orjson.dumps({"spec": {"replicas": replicas}}),
+        content_type="application/merge-patch+json",
+    )
+    if status != 200:
+        raise RuntimeError(f"statefulset scale: {status} {data[:300]!r}")
+
+
+def sts_delete(admin: LeanApi) -> None:
+    # Orphan what is left: cleanup deletes pods with the lean client, not at the garbage
+    # collector's client rate.
+    body = orjson.dumps({"propagationPolicy": "Orphan"})
+    status, data = admin.request("DELETE", f"{STS_PATH}/{STS_NAME}", body)
+    if status not in (200, 202, 404):
+        raise RuntimeError(f"statefulset delete: {status} {data[:300]!r}")
+
+
+# -- the second bridge and its hooks -----------------------------------------------------------
+
+
+class BenchBridge:
+    """``slurm-k8s-bridge serve`` with :func:`bench_config`, and copies of the real hooks that
+    talk to it."""
+
+    def __init__(self, work: Path, kubeconfig: Path, slurm_conf: Path) -> None:
+        self.work = work
+        self.socket = str(work / "bridge.sock")
+        self.config_path = work / "bridge.yaml"
+        self.config_path.write_text(yaml.safe_dump(bench_config(self.socket), sort_keys=False))
+        self.log_path = work / "bridge.log"
+        self.hooks = work / "slurm_plugins"
+        self.hooks.mkdir()
+        for name in ("resume", "suspend", "hook.sh"):
+            (self.hooks / name).write_bytes((ROOT / "slurm_plugins" / name).read_bytes())
+            (self.hooks / name).chmod(0o755)
+        (self.hooks / "hooks.env").write_text(
+            f"SKB_PYTHON={PYTHON}\nSKB_SOCKET=unix:{self.socket}\n"
+            f"SKB_HOOK_LOG={work / 'hooks.log'}\nSKB_SLURM_BIN=/usr/bin\n"
+        )
+        env = {
+            **os.environ,
+            "SKB_KUBERNETES_KUBECONFIG": str(kubeconfig),
+            "SKB_SLURM_CONF": str(slurm_conf),
+        }
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                [str(ROOT / ".venv" / "bin" / "slurm-k8s-bridge"), "serve", "--config",
+                 str(self.config_path)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not self._answers():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"bench bridge did not start: see {self.log_path}")
+            time.sleep(0.2)
+
+    def _answers(self) -> bool:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(1)
+            try:
+                s.connect(self.socket)
+            except OSError:
+                return False
+        return True
+
+    def hook(self, kind: str, hostlist: str, jobs: int = 1) -> tuple[float, str]:
+        """Run the real ``kind`` hook as slurmctld does (no PATH; SLURM_RESUME_FILE for a resume);
+        returns (seconds, its log line)."""
+        env = {"PWD": "/", "SHLVL": "1", "PYTHONPATH": str(ROOT)}
+        if kind == "resume":
+            resume_file = self.work / "resume.json"
+            resume_file.write_text(
+                json.dumps({"jobs": [{"job_id": jobs, "nodes": hostlist}], "all_nodes": hostlist})
+            )
+            env["SLURM_RESUME_FILE"] = str(resume_file)
+        log = self.work / "hooks.log"
+        before = log.stat().st_size if log.exists() else 0
+        started = time.monotonic()
+        subprocess.run(
+            [str(self.hooks / kind), hostlist],
+            env=env,
+            check=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        elapsed = time.monotonic() - started
+        with log.open("rb") as f:
+            f.seek(before)
+            line = f.read().decode(errors="replace").strip().splitlines()
+        return elapsed, line[-1] if line else "(no hook log line)"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+# -- the runs ----------------------------------------------------------------------------------
+
+CONTENDERS = ("lean", "bridge", "official")  # repeated, in a rotating order
+#: Above this a StatefulSet's scale-down (at the controller-manager's default 20 requests/s, as
+#: slow as its scale-up) is not timed: cleanup removes its pods instead.
+STS_SUSPEND_MAX = 1000
+
+
+def repetitions(count: int) -> int:
+    """Rounds of the three clients at ``count`` nodes (their medians are reported)."""
+    return 3 if count <= 1000 else 1
+
+
+SELECTORS = {
+    "lean": f"{LABEL_RUN}=lean",
+    "official": f"{LABEL_RUN}=official",
+    "bridge": f"{LABEL_CLUSTER}={CLUSTER}",
+    "statefulset": f"{LABEL_RUN}=statefulset",
+}
+DESCRIPTIONS = {
+    "lean": "lean client (urllib3, bytes, 64 threads): the apiserver's pace",
+    "official": "official Python client, 64 threads",
+    "statefulset": "StatefulSet, podManagementPolicy Parallel",
+}
+
+
+@dataclass(frozen=True)
+class Timing:
+    contender: str
+    count: int
+    create_s: float  # the call started → all N pods exist
+    delete_s: float | None  # the call started → all N pods are gone (None: not measured)
+    call_s: float | None = None  # the bridge: the resume hook's own run time
+
+
+@dataclass
+class Ground:
+    """The proving ground as the benchmark uses it."""
+
+    bridge_kubeconfig: Path  # the bridge's ServiceAccount token: lean and official use it too
+    admin_kubeconfig: Path  # watchers, StatefulSet, cleanup
+    lean: LeanApi
+    admin: LeanApi
+    core: Any
+    bridge: BenchBridge
+
+    @classmethod
+    @contextmanager
+    def open(cls) -> Iterator[Ground]:
+        sys.path.insert(0, str(ROOT / "deploy" / "local"))
+        from proving_ground import ground
+        from proving_ground.bridge_daemon import bridge_kubeconfig
+        from proving_ground.layout import Layout
+
+        layout = Layout.default()
+        if not ground.healthy(layout):
+            print("starting the proving ground (make up) ...", file=sys.stderr, flush=True)
+            ground.up(layout)
+        # Kept when SKB_BENCH_KEEP is set: the second bridge's log and the hooks' log.
+        tmp = tempfile.mkdtemp(prefix="skb-bench-scale-")
+        kubeconfig = bridge_kubeconfig(layout)
+        admin_kubeconfig = layout.local / "kubeconfig"
+        bridge = BenchBridge(Path(tmp), kubeconfig, layout.slurm_conf)
+        found = cls(
+            bridge_kubeconfig=kubeconfig,
+            admin_kubeconfig=admin_kubeconfig,
+            lean=LeanApi(read_kubeconfig(kubeconfig)),
+            admin=LeanApi(read_kubeconfig(admin_kubeconfig)),
+            core=official_core(kubeconfig),
+            bridge=bridge,
+        )
+        try:
+            found.cleanup()
+            yield found
+        finally:
+            try:
+                found.cleanup()
+            finally:
+                bridge.stop()
+                if os.environ.get("SKB_BENCH_KEEP"):
+                    print(f"kept {tmp}", file=sys.stderr)
+                else:
+                    shutil.rmtree(tmp, ignore_errors=True)
+
+    def cleanup(self) -> None:
+        """No benchmark pod or StatefulSet left (waits until the last pod is gone)."""
+        sts_delete(self.admin)
+        for selector in (
+            f"{LABEL_CLUSTER}={CLUSTER}",
+            f"{LABEL_CLUSTER}={BASELINE_CLUSTER}",
+            f"{LABEL_RUN}=statefulset",
+        ):
+            names = pods_exist(self.admin, selector)
+            if names:
+                with Watcher(self.admin_kubeconfig, selector, 0) as gone:
+                    lean_delete(self.admin, names)
+                    gone.reached(timeout_s=max(120.0, len(names) * 0.1))
+
+    def measure(self, contender: str, count: int) -> Timing:
+        """Create ``count`` pods with ``contender``, then delete them; both timed until the
+        watcher saw the last one."""
+        self.cleanup()
+        selector = SELECTORS[contender]
+        timeout_s = max(300.0, count * 0.25)
+        pods = render(self.bridge.config_path, names_for(count), contender)
+        call_s = None
+        with Watcher(self.admin_kubeconfig, selector, count) as exist:
+            started = time.monotonic()
+            if contender == "lean":
+                lean_create(self.lean, pods)
+            elif contender == "official":
+                official_create(self.core, pods)
+            elif contender == "bridge":
+                call_s, line = self.bridge.hook("resume", hostlist_of(count))
+                if "result=ok" not in line:
+                    raise RuntimeError(f"resume hook: {line}")
+            else:
+                sts_create(self.admin, pods[0], count)
+            create_s = exist.reached(timeout_s) - started
+        if contender == "statefulset" and count > STS_SUSPEND_MAX:
+            return Timing(contender, count, create_s, None, call_s)
+        with Watcher(self.admin_kubeconfig, selector, 0) as gone:
+            started = time.monotonic()
+            if contender == "lean":
+                lean_delete(self.lean, names_for(count))
+            elif contender == "official":
+                official_delete(self.core, names_for(count))
+            elif contender == "bridge":
+                self.bridge.hook("suspend", hostlist_of(count))
+            else:
+                sts_scale(self.admin, 0)
+            delete_s = gone.reached(timeout_s) - started
+        return Timing(contender, count, create_s, delete_s, call_s)
+
+    def hook_samples(self, count: int, samples: int) -> list[float]:
+        """The resume hook's run time for ``samples`` resumes of ``count`` fresh nodes each
+        (each waits until the previous one's pods exist)."""
+        self.cleanup()
+        selector = SELECTORS["bridge"]
+        times = []
+        for k in range(samples):
+            with Watcher(self.admin_kubeconfig, selector, (k + 1) * count) as exist:
+                elapsed, line = self.bridge.hook("resume", hostlist_of(count, offset=k * count))
+                if "result=ok" not in line:
+                    raise RuntimeError(f"resume hook: {line}")
+                times.append(elapsed)
+                exist.reached(timeout_s=max(120.0, count * 0.25))
+        self.cleanup()
+        return times
+
+
+@dataclass(frozen=True)
+class Results:
+    timings: tuple[Timing, ...]
+    hooks: tuple[tuple[int, tuple[float, ...]], ...]  # (nodes, samples)
+
+
+def run(sizes: Sequence[int], hook_samples: Sequence[tuple[int, int]]) -> Results:
+    timings = []
+    hooks = []
+    with Ground.open() as ground:
+        for count in sizes:
+            rounds = repetitions(count)
+            for round_ in range(rounds):
+                # Rotate the order so no client always runs right after a cleanup or another.
+                order = CONTENDERS[round_ % 3 :] + CONTENDERS[: round_ % 3]
+                for contender in order:
+                    progress(f"{contender} x {count:,} (round {round_ + 1}/{rounds})")
+                    timings.append(ground.measure(contender, count))
+            progress(f"statefulset x {count:,}")
+            timings.append(ground.measure("statefulset", count))
+        for count, samples in hook_samples:
+            progress(f"resume hook x {samples} at {count:,} nodes")
+            hooks.append((count, tuple(ground.hook_samples(count, samples))))
+    return Results(tuple(timings), tuple(hooks))
+
+
+def progress(what: str) -> None:
+    print(f"  scale: {what} ...", file=sys.stderr, flush=True)
+
+
+def percentile(samples: Sequence[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
+    return ordered[index]
+
+
+Line = tuple[str, str, str, str]
+
+
+def median_of(results: Results, contender: str, count: int, figure: str) -> float | None:
+    values = [
+        getattr(t, figure)
+        for t in results.timings
+        if t.contender == contender and t.count == count and getattr(t, figure) is not None
+    ]
+    return statistics.median(values) if values else None
+
+
+def table_lines(results: Results) -> list[Line]:
+    lines: list[Line] = []
+    for count in sorted({t.count for t in results.timings}):
+        for phase, figure in (("resume", "create_s"), ("suspend", "delete_s")):
+            ours = median_of(results, "bridge", count, figure)
+            assert ours is not None
+            what = "all pods exist" if phase == "resume" else "all pods gone"
+            for contender in ("lean", "official", "statefulset"):
+                theirs = median_of(results, contender, count, figure)
+                if theirs is None:
+                    continue
+                runs = sum(
+                    1 for t in results.timings if (t.contender, t.count) == (contender, count)
+                )
+                lines.append(
+                    (
+                        f"{phase} {count:,} nodes via the hook → {what}",
+                        f"{ours:.2f} s",
+                        f"{theirs:.2f} s ({DESCRIPTIONS[contender]}"
+                        + (f", median of {runs}" if runs > 1 else "")
+                        + ")",
+                        f"{ours / theirs:.2f}x",
+                    )
+                )
+    for count, samples in results.hooks:
+        p50, p95 = statistics.median(samples), percentile(samples, 0.95)
+        lines.append(
+            (
+                f"resume hook at {count:,} node{'s' if count > 1 else ''} (p50 / p95 of "
+                f"{len(samples)})",
+                f"{p50 * 1000:.0f} / {p95 * 1000:.0f} ms",
+                "150 ms (the issue's p50 budget)",
+                f"{p50 / 0.150:.2f}x",
+            )
+        )
+    return lines
+
+
+NOTE = """Scale rows: kwok-backed pods on the proving ground (10 kwok nodes x 1,000 pods). "via the
+hook" = the real resume/suspend hook started against a second bridge (cluster_name bench, one kwok
+pool), timed from the hook's start until a separate watcher saw the last pod exist (or go); the
+resume hook answers before the pods exist (ACCEPTED). Baselines create/delete the bridge's own pod
+manifests: lean = urllib3 + pre-serialised bytes + 64 threads; official = the kubernetes client,
+64 threads (both with the bridge's ServiceAccount token); StatefulSet = Parallel, N replicas (its
+scale-down timed up to 1,000). The bridge's figure is the median of its rounds too."""
+
+
+def main(argv: Sequence[str]) -> int:
+    if argv[:1] == ["--watch"]:
+        return watch_main(argv[1], argv[2], int(argv[3]))
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        description="scale rows of `make bench` alone: resume/suspend N kwok-backed nodes"
+    )
+    parser.add_argument("--sizes", default="1000", help="comma-separated node counts")
+    parser.add_argument(
+        "--hooks", default="1x10,1000x5", help="resume hook samples: NODESxRUNS,... ('' for none)"
+    )
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    hooks = [(int(n), int(r)) for n, r in (h.split("x") for h in args.hooks.split(",") if h)]
+    results = run(sizes, hooks)
+    width = max(len(line[0]) for line in table_lines(results))
+    for line in table_lines(results):
+        print(line[0].ljust(width), *line[1:], sep="  ")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    sys.exit(main(sys.argv[1:]))
