@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -56,7 +57,14 @@ class NoOp:
     def resume(self, hostlist: str, resume_file: str, request_id: str) -> list[NodeResult]:
         return [NodeResult(n, Outcome.OK, ErrorClass.NONE) for n in expand(hostlist)]
 
-    def accept_resume(self, hostlist: str, resume_file: str, request_id: str) -> list[NodeResult]:
+    def accept_resume(
+        self,
+        hostlist: str,
+        resume_file: str,
+        request_id: str,
+        *,
+        answered: threading.Event | None = None,
+    ) -> list[NodeResult]:
         return [NodeResult(n, Outcome.ACCEPTED, ErrorClass.NONE) for n in expand(hostlist)]
 
     def suspend(self, hostlist: str, request_id: str) -> list[NodeResult]:
@@ -74,7 +82,7 @@ class NoOp:
         return []
 
 
-def bench_hook(runs: int = 20) -> tuple[float, float]:
+def bench_hook(runs: int = 20, nodes: int = 3) -> tuple[float, float]:
     with tempfile.TemporaryDirectory(prefix="skb-bench-") as tmp:
         socket_path = f"{tmp}/bridge.sock"
         server = build_server(NoOp(), unix_socket=socket_path)
@@ -88,9 +96,10 @@ def bench_hook(runs: int = 20) -> tuple[float, float]:
             (hooks / "hooks.env").write_text(
                 f"SKB_PYTHON={PYTHON}\nSKB_SOCKET=unix:{socket_path}\nSKB_HOOK_LOG=\n"
             )
+            hostlist = f"cpu-[0-{nodes - 1}]"
             resume_file = Path(tmp) / "resume.json"
             resume_file.write_text(
-                '{"jobs":[{"job_id":1,"nodes":"cpu-[0-2]"}],"all_nodes":"cpu-[0-2]"}'
+                f'{{"jobs":[{{"job_id":1,"nodes":"{hostlist}"}}],"all_nodes":"{hostlist}"}}'
             )
             env = {
                 "PWD": "/",
@@ -101,7 +110,7 @@ def bench_hook(runs: int = 20) -> tuple[float, float]:
 
             def hook() -> None:
                 subprocess.run(
-                    [str(hooks / "resume"), "cpu-[0-2]"],
+                    [str(hooks / "resume"), hostlist],
                     env=env,
                     check=True,
                     stdout=subprocess.DEVNULL,

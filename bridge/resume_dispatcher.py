@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 #: Workers: one batch per resume call, each batch already parallel inside the pod gateway; a few
 #: let a second call start while a big first one runs, without multiplying the apiserver load.
 DEFAULT_WORKERS = 4
+#: How long a job waits for its caller's answer to be sent before it starts anyway.
+MAX_HOLD_S = 1.0
 
 
 class ResumeDispatcher:
@@ -37,13 +39,20 @@ class ResumeDispatcher:
         self._closed = False
 
     def submit(
-        self, nodes: Sequence[str], create: Callable[[list[str]], object], request_id: str
+        self,
+        nodes: Sequence[str],
+        create: Callable[[list[str]], object],
+        request_id: str,
+        *,
+        hold: threading.Event | None = None,
     ) -> list[str]:
         """Queue ``create`` for those of ``nodes`` not already in flight; returns those nodes.
 
         A node already being created is not queued again: its running create does the work, and
-        a repeat would only double the apiserver calls. Raises :class:`BridgeStopping` once
-        :meth:`close` was called.
+        a repeat would only double the apiserver calls. With ``hold`` the job starts once it is
+        set (the caller's answer is out; at most :data:`MAX_HOLD_S` later): 64 create threads
+        and the answer's thousand results otherwise share one GIL, and the hook waits for the
+        answer. Raises :class:`BridgeStopping` once :meth:`close` was called.
         """
         with self._changed:
             if self._closed:
@@ -54,7 +63,7 @@ class ResumeDispatcher:
             self._in_flight.update(fresh)
             self._pending += 1
             # Submitted under the lock: close() cannot shut the pool between the check and here.
-            self._pool.submit(self._run, fresh, create, request_id)
+            self._pool.submit(self._run, fresh, create, request_id, hold)
         return fresh
 
     def in_flight(self) -> frozenset[str]:
@@ -80,8 +89,18 @@ class ResumeDispatcher:
             )
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def _run(self, nodes: list[str], create: Callable[[list[str]], object], rid: str) -> None:
+    def _run(
+        self,
+        nodes: list[str],
+        create: Callable[[list[str]], object],
+        rid: str,
+        hold: threading.Event | None,
+    ) -> None:
         try:
+            if hold is not None and not hold.wait(MAX_HOLD_S):
+                log.debug(
+                    "request %s: answer not sent after %.1f s; creating anyway", rid, MAX_HOLD_S
+                )
             create(nodes)
         except BridgeError:
             # The create path logs each node's failure itself; this is a whole-batch failure.

@@ -164,12 +164,20 @@ class BridgeService:
         names, groups, rejected, jobs = self._validate_resume(hostlist, resume_file, request_id)
         return in_order(names, rejected + self._create(groups, jobs, request_id))
 
-    def accept_resume(self, hostlist: str, resume_file: str, request_id: str) -> list[NodeResult]:
+    def accept_resume(
+        self,
+        hostlist: str,
+        resume_file: str,
+        request_id: str,
+        *,
+        answered: threading.Event | None = None,
+    ) -> list[NodeResult]:
         """Validate now, create the pods in the background (ResumeNodes without wait).
 
         ACCEPTED per usable node, REJECTED as in :meth:`resume`; the creates' results reach
         Slurm as they do there (a refusal for good sets the node DOWN), with no answer to the
-        caller. Raises :class:`BridgeStopping` once :meth:`close` was called.
+        caller. The creates start once ``answered`` is set (the caller has its answer). Raises
+        :class:`BridgeStopping` once :meth:`close` was called.
         """
         names, groups, rejected, jobs = self._validate_resume(hostlist, resume_file, request_id)
         usable = [n for members in groups.values() for n in members]
@@ -178,7 +186,7 @@ class BridgeService:
             def create(nodes: list[str]) -> None:
                 self._create(self.config.pools.group(nodes)[0], jobs, request_id)
 
-            queued = self.resumes.submit(usable, create, request_id)
+            queued = self.resumes.submit(usable, create, request_id, hold=answered)
             if len(queued) < len(usable):
                 log.info(
                     "request %s: %d node(s) already being created, not queued again",

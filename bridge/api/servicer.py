@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import NoReturn, Protocol
@@ -42,9 +43,16 @@ class BridgeUseCases(Protocol):
         """Back every node of ``hostlist`` with a pod; answer when every create ended."""
         ...
 
-    def accept_resume(self, hostlist: str, resume_file: str, request_id: str) -> list[NodeResult]:
+    def accept_resume(
+        self,
+        hostlist: str,
+        resume_file: str,
+        request_id: str,
+        *,
+        answered: threading.Event | None = None,
+    ) -> list[NodeResult]:
         """Validate ``hostlist`` and answer at once (ACCEPTED per usable node); the pods are
-        created in the background."""
+        created in the background, from when ``answered`` is set."""
         ...
 
     def suspend(self, hostlist: str, request_id: str) -> list[NodeResult]:
@@ -115,14 +123,25 @@ class BridgeServicer(pb_grpc.BridgeServicer):
         self, request: pb.ResumeNodesRequest, context: grpc.ServicerContext
     ) -> pb.ResumeNodesResponse:
         """See the proto."""
-        # The hooks do not wait: creating a thousand pods outlasts their deadline (see the proto).
-        resume = self._use_cases.resume if request.wait else self._use_cases.accept_resume
+        if request.wait:
+
+            def resume(rid: str) -> list[NodeResult]:
+                return self._use_cases.resume(request.hostlist, request.resume_file, rid)
+
+        else:
+            # The hooks do not wait: creating a thousand pods outlasts their deadline (see the
+            # proto). The creates start once the answer is out, not beside its serialisation.
+            answered = threading.Event()
+            if not context.add_callback(answered.set):  # the call already ended
+                answered.set()
+
+            def resume(rid: str) -> list[NodeResult]:
+                return self._use_cases.accept_resume(
+                    request.hostlist, request.resume_file, rid, answered=answered
+                )
+
         results, rid = self._mutate(
-            "ResumeNodes",
-            request.hostlist,
-            request.request_id,
-            context,
-            lambda rid: resume(request.hostlist, request.resume_file, rid),
+            "ResumeNodes", request.hostlist, request.request_id, context, resume
         )
         return pb.ResumeNodesResponse(results=results, request_id=rid)
 

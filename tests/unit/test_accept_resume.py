@@ -288,3 +288,22 @@ def test_bridge_stop_drains_the_resumes_before_the_gateway_closes() -> None:
     bridge.stop(grace_s=3.0)
     assert journal.index("service.close(3.0,)") < journal.index("pods.close()")
     assert journal.index("reconciler.stop()") < journal.index("service.close(3.0,)")
+
+
+def test_a_held_create_starts_when_the_answer_is_out_or_after_the_hold_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bridge import resume_dispatcher  # noqa: PLC0415
+
+    monkeypatch.setattr(resume_dispatcher, "MAX_HOLD_S", 0.5)
+    dispatcher = resume_dispatcher.ResumeDispatcher(workers=2)
+    started: dict[str, threading.Event] = {"a": threading.Event(), "b": threading.Event()}
+    answered = threading.Event()
+    dispatcher.submit(["a-0"], lambda _: started["a"].set(), "r1", hold=answered)
+    assert not started["a"].wait(0.2), "started before the answer was out"
+    answered.set()
+    assert started["a"].wait(2)
+    never = threading.Event()
+    dispatcher.submit(["b-0"], lambda _: started["b"].set(), "r2", hold=never)
+    assert started["b"].wait(3), "a lost answer callback must not hold the create for ever"
+    dispatcher.close(5)

@@ -48,6 +48,9 @@ class FakeUseCases:
     error: Exception | None = None
     results: list[NodeResult] | None = None
     statuses: list[NodeStatus] = field(default_factory=list)
+    #: accept_resume's ``answered`` Event and whether it was set while the use case ran.
+    answered: threading.Event | None = None
+    answered_during_call: bool | None = None
 
     def _answer(
         self, name: str, hostlist: str, *args: str, outcome: Outcome = Outcome.OK
@@ -62,7 +65,16 @@ class FakeUseCases:
     def resume(self, hostlist: str, resume_file: str, request_id: str) -> list[NodeResult]:
         return self._answer("resume", hostlist, resume_file, request_id)
 
-    def accept_resume(self, hostlist: str, resume_file: str, request_id: str) -> list[NodeResult]:
+    def accept_resume(
+        self,
+        hostlist: str,
+        resume_file: str,
+        request_id: str,
+        *,
+        answered: threading.Event | None = None,
+    ) -> list[NodeResult]:
+        self.answered = answered
+        self.answered_during_call = answered.is_set() if answered is not None else None
         return self._answer(
             "accept_resume", hostlist, resume_file, request_id, outcome=Outcome.ACCEPTED
         )
@@ -130,6 +142,17 @@ def test_resume_passes_hostlist_file_and_request_id(
     results = client.resume_nodes("c1,c2", '{"all_nodes":"c[1-2]"}', "rid-1", wait=wait)
     assert results == [NodeResult("c1", outcome), NodeResult("c2", outcome)]
     assert fake.calls == [(use_case, ("c1,c2", '{"all_nodes":"c[1-2]"}', "rid-1"))]
+
+
+def test_a_resume_that_does_not_wait_releases_its_creates_once_the_answer_is_out(
+    client: BridgeClient, fake: FakeUseCases
+) -> None:
+    """The creates start after the answer (gRPC's termination callback), so a thousand
+    results are not serialised beside 64 create threads."""
+    client.resume_nodes("c1", "", "rid-a")
+    assert fake.answered is not None
+    assert fake.answered_during_call is False
+    assert fake.answered.wait(5)
 
 
 @pytest.mark.parametrize(
