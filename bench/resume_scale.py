@@ -114,8 +114,9 @@ class LeanApi:
         )
         return response.status, response.data
 
-    def lines(self, path: str, accept: str) -> Iterator[bytes]:
-        """A watch's events, one JSON line each."""
+    def watch(self, path: str, accept: str) -> Iterator[bytes]:
+        """Open a watch (returns once the server answered) and give its events, one JSON line
+        each."""
         response = self.pool.request(
             "GET",
             self.server + path,
@@ -123,11 +124,15 @@ class LeanApi:
             preload_content=False,
             timeout=urllib3.Timeout(connect=10.0, read=None),
         )
-        buffered = b""
-        for chunk in response.read_chunked():
-            buffered += chunk
-            *complete, buffered = buffered.split(b"\n")
-            yield from (line for line in complete if line)
+        return _lines(response)
+
+
+def _lines(response: Any) -> Iterator[bytes]:
+    buffered = b""
+    for chunk in response.read_chunked():
+        buffered += chunk
+        *complete, buffered = buffered.split(b"\n")
+        yield from (line for line in complete if line)
 
 
 def pods_path(name: str = "", **params: str) -> str:
@@ -149,38 +154,46 @@ def pods_exist(api: LeanApi, selector: str) -> list[str]:
 
 def watch_main(kubeconfig: str, selector: str, target: int) -> int:
     """Print ``ready`` once watching, then ``reached <monotonic s>`` when exactly ``target`` pods
-    match ``selector`` (N for a resume, 0 for a suspend)."""
+    match ``selector`` (N for a resume, 0 for a suspend).
+
+    The API server ends a watch whose reader falls behind a burst (and any watch at its
+    timeout); each end re-lists and watches again, so no event is lost for good.
+    """
     api = LeanApi(read_kubeconfig(Path(kubeconfig)), maxsize=2)
-    status, data = api.request("GET", pods_path(labelSelector=selector), accept=METADATA_LIST)
-    if status != 200:
-        print(f"error: list {status} {data[:300]!r}", flush=True)
-        return 1
-    listing = orjson.loads(data)
-    present = {item["metadata"]["name"] for item in listing["items"] or []}
-    print("ready", flush=True)
-    if len(present) == target:
-        print(f"reached {time.monotonic():.6f}", flush=True)
-        return 0
-    path = pods_path(
-        labelSelector=selector,
-        watch="1",
-        resourceVersion=listing["metadata"]["resourceVersion"],
-        allowWatchBookmarks="true",
-    )
-    for line in api.lines(path, METADATA):
-        event = orjson.loads(line)
-        if event["type"] == "ADDED":
-            present.add(event["object"]["metadata"]["name"])
-        elif event["type"] == "DELETED":
-            present.discard(event["object"]["metadata"]["name"])
-        elif event["type"] == "ERROR":
-            print(f"error: watch {event['object']}", flush=True)
+    announced = False
+    while True:
+        status, data = api.request("GET", pods_path(labelSelector=selector), accept=METADATA_LIST)
+        if status != 200:
+            print(f"error: list {status} {data[:300]!r}", flush=True)
             return 1
+        listing = orjson.loads(data)
+        present = {item["metadata"]["name"] for item in listing["items"] or []}
         if len(present) == target:
-            print(f"reached {time.monotonic():.6f}", flush=True)
+            print(f"{'' if announced else 'ready' + chr(10)}reached {time.monotonic():.6f}")
             return 0
-    print("error: the watch ended", flush=True)
-    return 1
+        path = pods_path(
+            labelSelector=selector,
+            watch="1",
+            resourceVersion=listing["metadata"]["resourceVersion"],
+            allowWatchBookmarks="true",
+            timeoutSeconds="10",
+        )
+        events = api.watch(path, METADATA)
+        if not announced:
+            # Only now: a contender started earlier would share the CPU with our TLS handshake.
+            print("ready", flush=True)
+            announced = True
+        for line in events:
+            event = orjson.loads(line)
+            if event["type"] == "ADDED":
+                present.add(event["object"]["metadata"]["name"])
+            elif event["type"] == "DELETED":
+                present.discard(event["object"]["metadata"]["name"])
+            elif event["type"] == "ERROR":
+                break  # e.g. 410 Gone: list again
+            if len(present) == target:
+                print(f"reached {time.monotonic():.6f}", flush=True)
+                return 0
 
 
 class Watcher:
@@ -589,9 +602,15 @@ class Ground:
         return Timing(contender, count, create_s, delete_s, call_s)
 
     def hook_samples(self, count: int, samples: int) -> list[float]:
-        """The resume hook's run time for ``samples`` resumes of ``count`` fresh nodes each
-        (each waits until the previous one's pods exist)."""
+        """The resume hook's run time for ``samples`` resumes of ``count`` fresh nodes each.
+
+        Each sample starts on a quiet machine: the previous sample's pods exist and the CPUs
+        are below :data:`QUIET_BUSY` (the scheduler, kwok and the apiserver finished binding and
+        starting them). On 2 cores that burst otherwise takes the CPU the hook's Python start
+        needs, which measures the machine, not the hook.
+        """
         self.cleanup()
+        wait_until_quiet()
         selector = SELECTORS["bridge"]
         times = []
         for k in range(samples):
@@ -601,8 +620,35 @@ class Ground:
                     raise RuntimeError(f"resume hook: {line}")
                 times.append(elapsed)
                 exist.reached(timeout_s=max(120.0, count * 0.25))
+            wait_until_quiet()
         self.cleanup()
         return times
+
+
+#: The machine is quiet when less than this share of its CPU time was busy over one second.
+QUIET_BUSY = 0.25
+
+
+def cpu_busy(interval_s: float = 1.0) -> float:
+    """The busy share of all CPUs over ``interval_s`` (from /proc/stat)."""
+
+    def sample() -> tuple[int, int]:
+        values = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+        idle = values[3] + values[4]  # idle + iowait
+        return sum(values), idle
+
+    total0, idle0 = sample()
+    time.sleep(interval_s)
+    total1, idle1 = sample()
+    return 1.0 - (idle1 - idle0) / max(1, total1 - total0)
+
+
+def wait_until_quiet(timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (busy := cpu_busy()) > QUIET_BUSY:
+        if time.monotonic() > deadline:
+            progress(f"still {busy:.0%} busy after {timeout_s:.0f} s; sampling anyway")
+            return
 
 
 @dataclass(frozen=True)
@@ -697,7 +743,9 @@ pool), timed from the hook's start until a separate watcher saw the last pod exi
 resume hook answers before the pods exist (ACCEPTED). Baselines create/delete the bridge's own pod
 manifests: lean = urllib3 + pre-serialised bytes + 64 threads; official = the kubernetes client,
 64 threads (both with the bridge's ServiceAccount token); StatefulSet = Parallel, N replicas (its
-scale-down timed up to 1,000). The bridge's figure is the median of its rounds too."""
+scale-down timed up to 1,000). The bridge's figure is the median of its rounds too. Hook rows:
+the real resume hook's wall time against that bridge, fresh nodes each run, each started when
+the machine is quiet (< 25 % CPU busy over 1 s; see Ground.hook_samples)."""
 
 
 def main(argv: Sequence[str]) -> int:
