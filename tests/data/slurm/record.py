@@ -29,7 +29,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOTFS = Path("/root/.cache/slurm-k8s-bridge/rootfs-trixie-slurm")
+CACHE = Path("/root/.cache/slurm-k8s-bridge")
+#: Series recorded in a debootstrap root of the Debian suite that ships it: (suite, base port).
+#: 22.05 is the host's own (bookworm) and base port 16817.
+SUITES = {"24.11": ("trixie", 16837), "26.05": ("sid", 16857)}
+VERSIONS = ("22.05", *SUITES)
 MIRROR = "http://deb.debian.org/debian"
 NODES = [f"cloud{i}" for i in range(1, 9)]
 POWER_PARAMS = "idle_on_node_suspend,power_save_interval=5,power_save_min_interval=0"
@@ -73,24 +77,36 @@ ResumeRate=0
 SuspendRate=0
 TreeWidth=65533
 {nodes}
-PartitionName=debug Nodes=cloud[1-8] Default=YES MaxTime=INFINITE State=UP
+PartitionName=debug Nodes=cloud[1-{last}] Default=YES MaxTime=INFINITE State=UP
 PartitionName=k8s Nodes=cloud[1-3] MaxTime=INFINITE State=UP
 """
 
 HOOK = '#!/bin/sh\necho "{kind} $*" >> {d}/log/hooks.log\n'
+# The resume file is a /proc/<pid>/fd path, gone once the hook exits: keep a copy per call ($$).
+# Hooks run without PATH, hence /bin/cat.
+RESUME_HOOK = (
+    '#!/bin/sh\necho "resume $* $$" >> {d}/log/hooks.log\n'
+    'if [ -n "$SLURM_RESUME_FILE" ]; then\n'
+    '  /bin/cat "$SLURM_RESUME_FILE" > {d}/log/resume-$$.json\n'
+    "fi\n"
+)
 
 
 class Cluster:
     """One throw-away slurmctld with CLOUD nodes; ``run`` runs a Slurm client command."""
 
-    def __init__(self, version: str, out: Path) -> None:
+    def __init__(self, version: str, out: Path, nodes: int = len(NODES)) -> None:
         self.version = version
+        # More nodes than the scenario's eight only for --job-start (ports stay below the next
+        # series' base port up to 12).
+        self.nodes = [f"cloud{i}" for i in range(1, nodes + 1)]
         self.out = out / f"v{version}"
         self.legacy = version == "22.05"
         tag = version.replace(".", "")
         self.dir = Path(f"/tmp/slurmrec-{tag}")  # path as the daemons see it
-        self.host_dir = self.dir if self.legacy else ROOTFS / self.dir.relative_to("/")
-        self.base_port = 16817 if self.legacy else 16837
+        self.root = None if self.legacy else rootfs(version)
+        self.host_dir = self.root / self.dir.relative_to("/") if self.root else self.dir
+        self.base_port = 16817 if self.legacy else SUITES[version][1]
         self.conf = self.dir / "etc" / "slurm.conf"
         self.procs: list[subprocess.Popen[bytes]] = []
         self.slurmds: dict[str, subprocess.Popen[bytes]] = {}
@@ -100,12 +116,14 @@ class Cluster:
     def write_config(self) -> None:
         if self.host_dir.exists():
             raise SystemExit(f"{self.host_dir} exists: another recording running? remove it")
-        for sub in ("etc", "state", "log", "run", *(f"spool/{n}" for n in NODES)):
+        for sub in ("etc", "state", "log", "run", *(f"spool/{n}" for n in self.nodes)):
             (self.host_dir / sub).mkdir(parents=True)
         etc = self.host_dir / "etc"
         for kind in ("resume", "suspend", "resumefail"):
             hook = etc / f"{kind}.sh"
-            hook.write_text(HOOK.format(kind=kind, d=self.dir))
+            hook.write_text(
+                (RESUME_HOOK if kind == "resume" else HOOK).format(kind=kind, d=self.dir)
+            )
             hook.chmod(0o755)
         key = etc / ("munge.key" if self.legacy else "slurm.key")
         key.write_bytes(os.urandom(1024))
@@ -123,7 +141,9 @@ class Cluster:
             (etc / "cgroup.conf").write_text("CgroupPlugin=disabled\n")
         nodes = "\n".join(
             f"NodeName={n} CPUs=1 RealMemory=100 State=CLOUD Port={self.base_port + 4 + i}"
-            for i, n in enumerate(NODES, start=1)
+            # A feature, so that the resume file shows what a job asking for one carries.
+            + (" Features=big" if n == "cloud5" else "")
+            for i, n in enumerate(self.nodes, start=1)
         )
         (etc / "slurm.conf").write_text(
             SLURM_CONF.format(
@@ -135,8 +155,13 @@ class Cluster:
                 d=self.dir,
                 ctld_params=params,
                 nodes=nodes,
+                last=len(self.nodes),
             )
         )
+
+    def conf_path(self) -> Path:
+        """slurm.conf as this process sees it (the daemons see :attr:`conf`)."""
+        return self.host_dir / "etc" / "slurm.conf"
 
     def argv(self, *cmd: str, private_run: bool = False) -> list[str]:
         if self.legacy:
@@ -156,7 +181,7 @@ class Cluster:
             "sh",
             "-c",
             script,
-            str(ROOTFS),
+            str(self.root),
             *cmd,
         ]
 
@@ -344,6 +369,9 @@ def scenario(c: Cluster) -> None:
     c.record_error("update-bogus-state", "scontrol", "update", "nodename=cloud5", "state=bogus")
     if c.legacy:
         c.record_error("scontrol-json-unsupported", "scontrol", "show", "nodes", "--json")
+    c.record("scontrol-version.txt", c.run("scontrol", "--version").stdout)
+    resume_files(c)
+    power_down_with_reason(c)
     c.stop()
     # slurmctld gone: what clients say (the Slurm client itself retries for ~9 s first).
     c.record_error(
@@ -355,34 +383,211 @@ def scenario(c: Cluster) -> None:
         c.record_error("scontrol-unreachable", "scontrol", "show", "nodes", "--json")  # fmt: skip
 
 
-def ensure_rootfs() -> None:
-    """Create the cached trixie root with Slurm 24.11 (separate apt sources: the root's own)."""
-    if (ROOTFS / "usr/sbin/slurmctld").exists():
+def rootfs(version: str) -> Path:
+    """The cached root of the Debian suite that ships ``version``."""
+    return CACHE / f"rootfs-{SUITES[version][0]}-slurm"
+
+
+def resume_file_after(c: Cluster, calls_before: int, timeout_s: float = 30) -> str:
+    """The resume file of the first ResumeProgram call after ``calls_before`` calls."""
+    deadline = time.monotonic() + timeout_s
+    hooks = c.host_dir / "log" / "hooks.log"
+    while time.monotonic() < deadline:
+        calls = [line for line in hooks.read_text().splitlines() if line.startswith("resume ")]
+        if len(calls) > calls_before:
+            copy = c.host_dir / "log" / f"resume-{calls[calls_before].split()[-1]}.json"
+            time.sleep(1)  # the hook logs its call before it copies the file
+            print(f"  {calls[calls_before]}")
+            return copy.read_text() if copy.exists() else ""
+        time.sleep(0.5)
+    raise SystemExit(f"no ResumeProgram call after {calls_before} (see {hooks})")
+
+
+def resume_calls(c: Cluster) -> int:
+    hooks = c.host_dir / "log" / "hooks.log"
+    text = hooks.read_text() if hooks.exists() else ""
+    return sum(line.startswith("resume ") for line in text.splitlines())
+
+
+def resume_files(c: Cluster) -> None:
+    """What slurmctld writes into $SLURM_RESUME_FILE: a 2-node job, then a job asking for a
+    feature and the whole node (one at a time, or Slurm batches both into one call)."""
+    before = resume_calls(c)
+    c.run("sbatch", "-N2", "-w", "cloud[1-2]", "--wrap", "sleep 3000")
+    c.record("resume-file-2-nodes.json", resume_file_after(c, before))
+    before = resume_calls(c)
+    c.run("sbatch", "-C", "big", "--exclusive", "-w", "cloud5", "--wrap", "sleep 3000")
+    c.record("resume-file-features-exclusive.json", resume_file_after(c, before))
+    for node in ("cloud1", "cloud2", "cloud5"):
+        wait_for(c, node, ["alloc#"])
+
+
+#: The reason of a one-step power down, as the bridge would write it.
+POWER_DOWN_REASON = "k8s: PodFailed: one-step power down"
+
+
+def power_down_with_reason(c: Cluster) -> None:
+    """Which command powers a CLOUD node down with our reason in one call, and what remains.
+
+    cloud1 (alloc#, half of a 2-node job) gets ``scontrol power down force ... reason=``;
+    cloud5 (alloc#, exclusive job) gets ``scontrol update ... state=power_down_force reason=``.
+    The commands and their output go to power-down-reason.txt; the listing right after
+    (power-down-reason.json) and once both settled (power-down-reason-settled.json)."""
+    attempts = [
+        ("scontrol", "power", "down", "force", "cloud1", f"reason={POWER_DOWN_REASON}"),
+        (
+            "scontrol", "update", "nodename=cloud5", "state=power_down_force",
+            f"reason={POWER_DOWN_REASON}",
+        ),
+    ]  # fmt: skip
+    lines = []
+    accepted = []
+    for node, cmd in zip(("cloud1", "cloud5"), attempts, strict=True):
+        done = c.run(*cmd, check=False)
+        if done.returncode == 0:
+            accepted.append(node)
+        shown = " ".join(f"'{a}'" if " " in a else a for a in cmd)
+        lines += [f"$ {shown}", f"rc={done.returncode}", done.stdout + done.stderr]
+    time.sleep(3)
+    lines += [
+        "$ sinfo -N -p debug -o '%N %t %E'",
+        c.run("sinfo", "-N", "-p", "debug", "-o", "%N %t %E").stdout,
+    ]
+    lines += ["$ squeue -o '%i %T %r %N'", c.run("squeue", "-o", "%i %T %r %N").stdout]
+    c.record("power-down-reason.json", c.nodes_json())
+    for node in accepted:  # a refused command leaves its node alloc#
+        with contextlib.suppress(SystemExit):
+            wait_for(c, node, ["idle~", "down~", "drain~"], timeout_s=90)
+    lines += [
+        "(settled)",
+        "$ sinfo -N -p debug -o '%N %t %E'",
+        c.run("sinfo", "-N", "-p", "debug", "-o", "%N %t %E").stdout,
+    ]
+    lines += ["$ squeue -o '%i %T %r %N'", c.run("squeue", "-o", "%i %T %r %N").stdout]
+    c.record("power-down-reason-settled.json", c.nodes_json())
+    c.record("power-down-reason.txt", "\n".join(lines))
+
+
+def requeue_on_resume_failure(c: Cluster) -> None:
+    """Does this slurmctld know ``SchedulerParameters=requeue_on_resume_failure``? Restart it with
+    the setting and keep what ``scontrol show config`` and its log say (requeue-on-resume.txt)."""
+    log = c.host_dir / "log" / "slurmctld.log"
+    offset = log.stat().st_size if log.exists() else 0
+    with c.conf_path().open("a") as conf:
+        conf.write("SchedulerParameters=requeue_on_resume_failure\n")
+    c.start_daemons()
+    shown = c.run("scontrol", "show", "config").stdout
+    lines = [line for line in shown.splitlines() if line.startswith("SchedulerParameters")]
+    with log.open() as f:
+        f.seek(offset)
+        lines += [
+            line.rstrip()
+            for line in f
+            if "SchedulerParameters" in line or "requeue_on_resume" in line or "rror" in line
+        ]
+    c.stop()
+    c.record("requeue-on-resume.txt", "\n".join(lines) + "\n")
+
+
+#: What --job-start calls right after a node registered, to see if the job starts sooner.
+NUDGES: dict[str, tuple[str, ...]] = {
+    "nothing": (),
+    "reconfigure": ("scontrol", "reconfigure"),
+    "state=resume": ("scontrol", "update", "nodename={node}", "state=resume"),
+    "wait_job": ("scontrol", "wait_job", "{job}"),
+}
+JOB_START_NODES = 12  # 4 nudges x 3 runs, one fresh idle~ node each
+
+
+def log_time(line: str) -> float:
+    """Seconds since the epoch of a slurmctld log line (``[2026-12-03T13:48:52.586] ...``)."""
+    stamp = line[1 : line.index("]")]
+    return time.mktime(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) + float(stamp[19:] or 0)
+
+
+def wait_log(c: Cluster, needle: str, timeout_s: float = 90) -> float:
+    """When slurmctld logged a line containing ``needle`` (its own timestamp, ms)."""
+    log = c.host_dir / "log" / "slurmctld.log"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for line in log.read_text(errors="replace").splitlines():
+            if needle in line:
+                return log_time(line)
+        time.sleep(0.05)
+    raise SystemExit(f"slurmctld never logged {needle!r}")
+
+
+def job_start(c: Cluster, runs: int) -> None:
+    """Registration -> batch job launched, per nudge: a job waits on a powering-up node
+    (ResumeProgram only logs); its slurmd starts; right after slurmctld logs the node "now
+    responding" the nudge runs; the job starts when slurmctld logs "Configuration for JobId=N
+    complete". Both times are slurmctld's own log stamps. Written to job-start.txt."""
+    nodes = iter(c.nodes)
+    lines = [f"Slurm {c.version}: seconds from 'Node X now responding' to job configured"]
+    for nudge, template in NUDGES.items():
+        waits = []
+        for _ in range(runs):
+            node = next(nodes)
+            job = c.run("sbatch", "--parsable", "-w", node, "--wrap", "sleep 300").stdout.strip()
+            wait_for(c, node, ["alloc#"])
+            time.sleep(1)  # ResumeProgram has run: the pod would be starting now
+            c.start_slurmd(node)
+            registered = wait_log(c, f"Node {node} now responding")
+            if template:
+                cmd = [a.format(node=node, job=job) for a in template]
+                done = c.run(*cmd, check=False)
+                shown = f"{' '.join(cmd)} -> rc={done.returncode} {done.stderr.strip()}"
+                print(f"  {shown}")
+            started = wait_log(c, f"Configuration for JobId={job} complete")
+            waits.append(started - registered)
+            print(f"  {nudge}: {node} job {job}: {started - registered:.2f} s")
+        lines.append(f"{nudge:>13}: " + ", ".join(f"{w:.2f}" for w in waits))
+    c.record("job-start.txt", "\n".join(lines) + "\n")
+
+
+def ensure_rootfs(version: str) -> None:
+    """Create the cached root with that Slurm series (separate apt sources: the root's own)."""
+    root = rootfs(version)
+    if (root / "usr/sbin/slurmctld").exists():
         return
-    partial = ROOTFS.with_name(ROOTFS.name + ".partial")
+    partial = root.with_name(root.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["debootstrap", "--variant=minbase", "trixie", str(partial), MIRROR], check=True)
+    suite = SUITES[version][0]
+    subprocess.run(["debootstrap", "--variant=minbase", suite, str(partial), MIRROR], check=True)
     policy = partial / "usr/sbin/policy-rc.d"  # never start services inside the root
     policy.write_text("#!/bin/sh\nexit 101\n")
     policy.chmod(0o755)
     install = (
-        "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "
+        # The mirror here may serve a sid snapshot whose Release has expired (seen: 27 days);
+        # apt refuses it unless told the date does not matter.
+        "apt-get -o Acquire::Check-Valid-Until=false update && "
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y "
         "--no-install-recommends slurmctld slurmd slurm-client && apt-get clean"
     )
     subprocess.run(["chroot", str(partial), "sh", "-c", install], check=True)
-    partial.rename(ROOTFS)
+    # A suite moves on (sid especially): refuse a root that does not carry the series named.
+    shown = subprocess.run(
+        ["chroot", str(partial), "slurmctld", "-V"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    if len(shown) != 2 or not shown[1].startswith(version + "."):
+        raise SystemExit(f"{suite} carries {' '.join(shown)!r}, not Slurm {version}")
+    partial.rename(root)
 
 
-def record_version(version: str, out: Path, keep: bool) -> None:
-    if version == "24.11":
-        ensure_rootfs()
-    c = Cluster(version, out)
+def record_version(version: str, out: Path, keep: bool, job_start_runs: int = 0) -> None:
+    if version in SUITES:
+        ensure_rootfs(version)
+    c = Cluster(version, out, nodes=JOB_START_NODES if job_start_runs else len(NODES))
     print(f"Slurm {version}: work dir {c.host_dir}")
     c.write_config()
     try:
         c.start_daemons()
-        scenario(c)
+        if job_start_runs:
+            job_start(c, job_start_runs)
+        else:
+            scenario(c)
+            requeue_on_resume_failure(c)
     finally:
         c.stop()
         if keep:
@@ -392,20 +597,27 @@ def record_version(version: str, out: Path, keep: bool) -> None:
             if not c.legacy:
                 # The shared /run of the chroot holds slurmctld's sack socket.
                 with contextlib.suppress(FileNotFoundError):
-                    (ROOTFS / "run/slurm/sack.socket").unlink()
+                    (rootfs(version) / "run/slurm/sack.socket").unlink()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--version", choices=["22.05", "24.11", "all"], default="all")
+    parser.add_argument("--version", choices=[*VERSIONS, "all"], default="all")
     parser.add_argument("--out", type=Path, default=HERE)
     parser.add_argument("--keep", action="store_true", help="keep the work dir and logs")
+    parser.add_argument(
+        "--job-start",
+        type=int,
+        default=0,
+        metavar="RUNS",
+        help="instead of the scenario: time registration -> job start, RUNS times per nudge",
+    )
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root: it starts slurmctld/slurmd and uses chroot/unshare")
-    versions = ["22.05", "24.11"] if args.version == "all" else [args.version]
+    versions = list(VERSIONS) if args.version == "all" else [args.version]
     for version in versions:
-        record_version(version, args.out.resolve(), args.keep)
+        record_version(version, args.out.resolve(), args.keep, args.job_start)
 
 
 if __name__ == "__main__":
