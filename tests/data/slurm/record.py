@@ -92,11 +92,30 @@ RESUME_HOOK = (
 )
 
 
+# A PrologSlurmctld that returns once none of the job's nodes is powering up (#), powered down
+# (~) or not responding (*). slurmctld launches a CONFIGURING batch job when its last prolog
+# ends and the nodes are ready (prolog_running_decr), instead of at its 30 s periodic check.
+PROLOG = """#!/bin/sh
+echo "prolog $SLURM_JOB_ID $SLURM_JOB_NODELIST" >> {d}/log/hooks.log
+i=0
+while [ $i -lt 1200 ]; do
+  states=$(SLURM_CONF={conf} /usr/bin/sinfo -h -N -n "$SLURM_JOB_NODELIST" -o %t)
+  case "$states" in *'#'*|*'~'*|*'*'*|'') ;; *) exit 0 ;; esac
+  i=$((i+1))
+  /bin/sleep 0.25
+done
+exit 0
+"""
+
+
 class Cluster:
     """One throw-away slurmctld with CLOUD nodes; ``run`` runs a Slurm client command."""
 
-    def __init__(self, version: str, out: Path, nodes: int = len(NODES)) -> None:
+    def __init__(
+        self, version: str, out: Path, nodes: int = len(NODES), *, prolog: bool = False
+    ) -> None:
         self.version = version
+        self.prolog = prolog
         # More nodes than the scenario's eight only for --job-start (ports stay below the next
         # series' base port up to 12).
         self.nodes = [f"cloud{i}" for i in range(1, nodes + 1)]
@@ -145,8 +164,14 @@ class Cluster:
             + (" Features=big" if n == "cloud5" else "")
             for i, n in enumerate(self.nodes, start=1)
         )
+        extra = ""
+        if self.prolog:
+            (etc / "prolog.sh").write_text(PROLOG.format(d=self.dir, conf=self.conf))
+            (etc / "prolog.sh").chmod(0o755)
+            extra = f"PrologSlurmctld={self.dir}/etc/prolog.sh\n"
         (etc / "slurm.conf").write_text(
-            SLURM_CONF.format(
+            extra
+            + SLURM_CONF.format(
                 cluster=f"rec{self.version.replace('.', '')}",
                 host=socket.gethostname(),
                 ctld_port=self.base_port,
@@ -496,7 +521,12 @@ NUDGES: dict[str, tuple[str, ...]] = {
     "state=resume": ("scontrol", "update", "nodename={node}", "state=resume"),
     "wait_job": ("scontrol", "wait_job", "{job}"),
 }
-JOB_START_NODES = 12  # 4 nudges x 3 runs, one fresh idle~ node each
+#: Seconds between "alloc#" and slurmd's start for the staggered runs. Runs back to back start
+#: a few seconds after slurmctld's 30 s periodic check (the previous job started at one), so
+#: they all wait nearly the whole period; a delay moves registration across the period.
+STAGGER = (8, 16, 24)
+#: One fresh idle~ node a run; the ports of more than 15 reach the next series' base port.
+MAX_NODES = 15
 
 
 def log_time(line: str) -> float:
@@ -505,44 +535,53 @@ def log_time(line: str) -> float:
     return time.mktime(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) + float(stamp[19:] or 0)
 
 
-def wait_log(c: Cluster, needle: str, timeout_s: float = 90) -> float:
-    """When slurmctld logged a line containing ``needle`` (its own timestamp, ms)."""
+def wait_log(c: Cluster, needles: Sequence[str], timeout_s: float = 90) -> float:
+    """When slurmctld logged a line containing one of ``needles`` (its own stamp, ms)."""
     log = c.host_dir / "log" / "slurmctld.log"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for line in log.read_text(errors="replace").splitlines():
-            if needle in line:
+            if any(needle in line for needle in needles):
                 return log_time(line)
         time.sleep(0.05)
-    raise SystemExit(f"slurmctld never logged {needle!r}")
+    raise SystemExit(f"slurmctld never logged {needles!r}")
 
 
-def job_start(c: Cluster, runs: int) -> None:
-    """Registration -> batch job launched, per nudge: a job waits on a powering-up node
-    (ResumeProgram only logs); its slurmd starts; right after slurmctld logs the node "now
-    responding" the nudge runs; the job starts when slurmctld logs "Configuration for JobId=N
-    complete". Both times are slurmctld's own log stamps. Written to job-start.txt."""
+def timed_start(c: Cluster, node: str, nudge: tuple[str, ...] = (), delay_s: float = 0) -> float:
+    """Seconds from slurmctld's "Node X now responding" to its "Configuration for JobId=N
+    (is) complete" for a job that waited on the powering-up node (both slurmctld's stamps)."""
+    job = c.run("sbatch", "--parsable", "-w", node, "--wrap", "sleep 300").stdout.strip()
+    wait_for(c, node, ["alloc#"])
+    time.sleep(1 + delay_s)  # ResumeProgram has run: the pod would be starting now
+    c.start_slurmd(node)
+    registered = wait_log(c, [f"Node {node} now responding"])
+    if nudge:
+        cmd = [a.format(node=node, job=job) for a in nudge]
+        done = c.run(*cmd, check=False)
+        print(f"  {' '.join(cmd)} -> rc={done.returncode} {done.stderr.strip()}")
+    # job_time_limit logs "... complete", prolog_running_decr "... is complete".
+    started = wait_log(c, [f"Configuration for JobId={job} complete", f"JobId={job} is complete"])
+    print(f"  {node} job {job}: {started - registered:.2f} s")
+    return started - registered
+
+
+def job_start(c: Cluster, runs: int) -> list[str]:
+    """Registration -> job start: ``runs`` runs per nudge (back to back), then the staggered
+    runs; with a PrologSlurmctld cluster, ``runs`` runs staggered. Returns the table lines."""
     nodes = iter(c.nodes)
-    lines = [f"Slurm {c.version}: seconds from 'Node X now responding' to job configured"]
+    lines = []
+    if c.prolog:
+        waits = [
+            timed_start(c, next(nodes), delay_s=STAGGER[i % len(STAGGER)]) for i in range(runs)
+        ]
+        return [f"{'PrologSlurmctld':>24}: " + ", ".join(f"{w:.2f}" for w in waits)]
     for nudge, template in NUDGES.items():
-        waits = []
-        for _ in range(runs):
-            node = next(nodes)
-            job = c.run("sbatch", "--parsable", "-w", node, "--wrap", "sleep 300").stdout.strip()
-            wait_for(c, node, ["alloc#"])
-            time.sleep(1)  # ResumeProgram has run: the pod would be starting now
-            c.start_slurmd(node)
-            registered = wait_log(c, f"Node {node} now responding")
-            if template:
-                cmd = [a.format(node=node, job=job) for a in template]
-                done = c.run(*cmd, check=False)
-                shown = f"{' '.join(cmd)} -> rc={done.returncode} {done.stderr.strip()}"
-                print(f"  {shown}")
-            started = wait_log(c, f"Configuration for JobId={job} complete")
-            waits.append(started - registered)
-            print(f"  {nudge}: {node} job {job}: {started - registered:.2f} s")
-        lines.append(f"{nudge:>13}: " + ", ".join(f"{w:.2f}" for w in waits))
-    c.record("job-start.txt", "\n".join(lines) + "\n")
+        waits = [timed_start(c, next(nodes), template) for _ in range(runs)]
+        lines.append(f"{nudge:>24}: " + ", ".join(f"{w:.2f}" for w in waits))
+    waits = [timed_start(c, next(nodes), delay_s=delay) for delay in STAGGER]
+    label = "nothing, " + "/".join(map(str, STAGGER)) + " s later"
+    lines.append(f"{label:>24}: " + ", ".join(f"{w:.2f}" for w in waits))
+    return lines
 
 
 def ensure_rootfs(version: str) -> None:
@@ -575,29 +614,56 @@ def ensure_rootfs(version: str) -> None:
     partial.rename(root)
 
 
-def record_version(version: str, out: Path, keep: bool, job_start_runs: int = 0) -> None:
+def record_version(version: str, out: Path, keep: bool) -> None:
     if version in SUITES:
         ensure_rootfs(version)
-    c = Cluster(version, out, nodes=JOB_START_NODES if job_start_runs else len(NODES))
-    print(f"Slurm {version}: work dir {c.host_dir}")
+    c = Cluster(version, out)
+    with running(c, keep):
+        scenario(c)
+        requeue_on_resume_failure(c)
+
+
+def record_job_start(version: str, out: Path, keep: bool, runs: int) -> None:
+    """job-start.txt: a cluster for the nudges, then one with a waiting PrologSlurmctld."""
+    if version in SUITES:
+        ensure_rootfs(version)
+    lines = [
+        f"Slurm {version}: seconds from 'Node X now responding' to 'Configuration ... complete'"
+    ]
+    nodes = len(NUDGES) * runs + len(STAGGER)
+    if nodes > MAX_NODES:
+        raise SystemExit(f"--job-start {runs} needs {nodes} nodes, more than {MAX_NODES}")
+    c = Cluster(version, out, nodes=nodes)
+    with running(c, keep, "-nudges"):
+        lines += job_start(c, runs)
+    c = Cluster(version, out, nodes=max(runs, 3), prolog=True)  # 3: partition k8s is cloud[1-3]
+    with running(c, keep, "-prolog"):
+        lines += job_start(c, runs)
+    c.record("job-start.txt", "\n".join(lines) + "\n")
+
+
+@contextlib.contextmanager
+def running(c: Cluster, keep: bool, kept_suffix: str = "") -> Iterator[None]:
+    """The cluster's daemons for the block; all stopped (by PID) after it."""
+    print(f"Slurm {c.version}: work dir {c.host_dir}")
     c.write_config()
     try:
         c.start_daemons()
-        if job_start_runs:
-            job_start(c, job_start_runs)
-        else:
-            scenario(c)
-            requeue_on_resume_failure(c)
+        yield
     finally:
         c.stop()
         if keep:
-            print(f"  kept {c.host_dir}")
+            kept = c.host_dir.with_name(c.host_dir.name + kept_suffix)
+            if kept != c.host_dir:
+                shutil.rmtree(kept, ignore_errors=True)
+                c.host_dir.rename(kept)
+            print(f"  kept {kept}")
         else:
             shutil.rmtree(c.host_dir, ignore_errors=True)
-            if not c.legacy:
-                # The shared /run of the chroot holds slurmctld's sack socket.
-                with contextlib.suppress(FileNotFoundError):
-                    (rootfs(version) / "run/slurm/sack.socket").unlink()
+        if c.root:
+            # The shared /run of the chroot holds slurmctld's sack socket.
+            with contextlib.suppress(FileNotFoundError):
+                (c.root / "run/slurm/sack.socket").unlink()
 
 
 def main() -> None:
@@ -617,7 +683,10 @@ def main() -> None:
         sys.exit("run as root: it starts slurmctld/slurmd and uses chroot/unshare")
     versions = list(VERSIONS) if args.version == "all" else [args.version]
     for version in versions:
-        record_version(version, args.out.resolve(), args.keep, args.job_start)
+        if args.job_start:
+            record_job_start(version, args.out.resolve(), args.keep, args.job_start)
+        else:
+            record_version(version, args.out.resolve(), args.keep)
 
 
 if __name__ == "__main__":
