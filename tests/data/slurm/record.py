@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
 """Re-record tests/data/slurm/ from real, throw-away Slurm clusters (run as root).
 
-    python3 tests/data/slurm/record.py [--version 22.05|24.11|all] [--out DIR] [--keep]
+    python3 tests/data/slurm/record.py [--version 22.05|24.11|26.05|all] [--out DIR] [--keep]
+    python3 tests/data/slurm/record.py --version 26.05 --job-start 3   # timings instead
 
 22.05: Debian bookworm's slurmctld/slurmd/munge on the host, in /tmp/slurmrec-2205, with its own
-munged socket and key. 24.11: Debian trixie's Slurm in a debootstrap root cached at
-/root/.cache/slurm-k8s-bridge/rootfs-trixie-slurm (created on first use; trixie is never added to
-the host's apt sources), auth/slurm with a slurm.key, run in /tmp/slurmrec-2411 inside that root.
-Each cluster has eight State=CLOUD nodes, each slurmd on its own port; ResumeProgram and
-SuspendProgram only log, so a node stays POWERING_UP until this script starts its slurmd.
+munged socket and key. 24.11 and 26.05: Debian trixie's and sid's Slurm in debootstrap roots
+cached at /root/.cache/slurm-k8s-bridge/rootfs-{trixie,sid}-slurm (created on first use; those
+suites are never added to the host's apt sources), auth/slurm with a slurm.key, run in
+/tmp/slurmrec-2411 or -2605 inside the root. Each cluster has eight State=CLOUD nodes, each
+slurmd on its own port; ResumeProgram and SuspendProgram only log (ResumeProgram also keeps a
+copy of $SLURM_RESUME_FILE), so a node stays POWERING_UP until this script starts its slurmd.
 
-Ports: 22.05 uses 16817/16818 and 16821-16828, 24.11 uses 16837/16838 and 16841-16848.
+Ports: 22.05 uses 16817/16818 and 16821-16828, 24.11 16837/16838 and 16841-16848, 26.05
+16857/16858 and 16861-16868 (--job-start: up to 15 nodes, still below the next base port).
 Every process started is stopped by PID at the end (``--keep`` leaves the work dir for reading).
 """
 
