@@ -1,7 +1,8 @@
 """`make bench` rows: one reconcile pass at 1k / 10k / 50k CLOUD nodes, 20 % of them up.
 
 The Slurm side is real I/O: the bridge's own SlurmCli runs a stub ``scontrol`` (24.11) or
-``sinfo`` (22.05, after scontrol refuses ``--json`` as 22.05's does) from its ``bin_dir``; the stub
+``sinfo`` (22.05, chosen after the stub's ``scontrol --version`` as for a real one) from its
+``bin_dir``; the stub
 ``cat``s a listing generated here in the shape recorded from real daemons
 (tests/data/slurm/v*/): every node is a recorded node with its name and address changed, pretty
 printed as Slurm prints it (24.11: about 2.4 kB a node). The pods side comes from memory: a list
@@ -109,11 +110,14 @@ def address(i: int) -> str:
 def write_stub_bin(bin_dir: Path, series: str, listing: Path) -> None:
     """scontrol/sinfo that print the listing as the series' real ones would."""
     bin_dir.mkdir(parents=True, exist_ok=True)
+    version = ROOT / "tests" / "data" / "slurm" / f"v{series}" / "scontrol-version.txt"
+    # SlurmCli asks scontrol --version once, and picks the listing by the answer.
+    probe = f'#!/bin/sh\nif [ "$1" = --version ]; then exec cat {version}; fi\n'
     if series == "24.11":
-        scripts = {"scontrol": f"#!/bin/sh\nexec cat {listing}\n"}
+        scripts = {"scontrol": f"{probe}exec cat {listing}\n"}
     else:
         scripts = {
-            "scontrol": "#!/bin/sh\necho \"scontrol: unrecognized option '--json'\" >&2\nexit 1\n",
+            "scontrol": f"{probe}echo \"scontrol: unrecognized option '--json'\" >&2\nexit 1\n",
             "sinfo": f"#!/bin/sh\nexec cat {listing}\n",
         }
     for name, text in scripts.items():
@@ -206,7 +210,7 @@ def child(series: str, total: int, path: str, passes: int, bin_dir: Path) -> dic
     )
     service = BridgeService(config, slurm, PodsFromMemory(total))  # type: ignore[arg-type]
     setup_rss_kb = peak_rss_kb()
-    actions = service.reconcile_once()  # warm-up; on 22.05 also finds out scontrol has no --json
+    actions = service.reconcile_once()  # warm-up; also probes the Slurm version
     assert actions == [], f"not a steady state: {actions[:3]}"
     samples = []
     for _ in range(passes):

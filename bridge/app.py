@@ -265,6 +265,16 @@ def allowed_caller_uids(config: BridgeConfig) -> frozenset[int]:
     return frozenset(uids)
 
 
+def log_slurm_version(slurm: SlurmCli, bin_dir: str) -> None:
+    """Log the Slurm release once at start, so that every log of a run says which series'
+    behaviour to expect. Not fatal when unknown: slurm.conf may appear later, and the first
+    listing probes again."""
+    try:
+        log.info("Slurm %s at %s", slurm.version(), bin_dir)
+    except BridgeError as e:
+        log.warning("Slurm version unknown (probed again on first use): %s", e)
+
+
 def start(config: BridgeConfig) -> Bridge:
     """Connect the adapters, start the gRPC server, the watch and the reconcile loop."""
     pods = PodGateway.connect(
@@ -279,6 +289,7 @@ def start(config: BridgeConfig) -> Bridge:
         timeout_s=config.slurm.command_timeout_s,
         conf=config.slurm.conf,
     )
+    log_slurm_version(slurm, config.slurm.bin_dir)
     # Reconcile and status read the watch's cache; the watcher below fills it.
     cache = PodCache()
     service = BridgeService(config, slurm, pods, pod_views=cache)

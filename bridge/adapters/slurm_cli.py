@@ -10,10 +10,12 @@ captured, failures translated into :mod:`bridge.errors` at this edge:
   "Invalid input: ...") → :class:`InvalidInput`;
 * anything else → :class:`BackendError`.
 
-Which node listing is used is found out once: ``scontrol show nodes --json`` (Slurm >= 23.02);
-Slurm 22.05's scontrol rejects ``--json`` ("unrecognized option"), and then ``sinfo --json --all``
-is used. Slurm 22.05 hides powered-down ``State=CLOUD`` nodes from every listing unless
-slurm.conf has ``PrivateData=cloud`` (``--all`` does not help).
+The Slurm release is probed once (``scontrol --version``, which reads slurm.conf but does not
+contact slurmctld) and chooses the node listing: ``scontrol show nodes --json`` from 23.02 on
+(24.11: data_parser v0.0.42, 26.05: v0.0.45), ``sinfo --json --all`` on 22.05, whose scontrol
+rejects ``--json`` ("unrecognized option") and whose sinfo still lists each node with its reason.
+Slurm 22.05 hides powered-down ``State=CLOUD`` nodes from every listing unless slurm.conf has
+``PrivateData=cloud`` (``--all`` does not help).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 from bridge.adapters import slurm_json
 from bridge.domain import hostlist
 from bridge.domain.nodes import SlurmNode
+from bridge.domain.slurm_version import SlurmVersion, parse_slurm_version
 from bridge.errors import BackendError, BridgeError, InvalidInput, TransientBackendError
 
 log = logging.getLogger(__name__)
@@ -81,23 +84,23 @@ class SlurmCli:
         self._conf = conf
         self._attempts = attempts
         self._retry_wait_s = retry_wait_s
-        # None until the first listing tells us whether scontrol understands --json.
-        self._scontrol_json: bool | None = None
+        # Probed on first use; a failed probe is tried again next time.
+        self._version: SlurmVersion | None = None
+
+    def version(self) -> SlurmVersion:
+        """The Slurm release of ``bin_dir`` (``scontrol --version``), probed once.
+
+        Raises :class:`~bridge.domain.slurm_version.SlurmVersionError` (a :class:`BackendError`)
+        when the output is not a version, or the error of running scontrol.
+        """
+        if self._version is None:
+            self._version = parse_slurm_version(self._run(self._argv("scontrol", "--version")))
+        return self._version
 
     def list_nodes(self) -> list[SlurmNode]:
         """Every node slurmctld knows, one entry per node, powered-down CLOUD nodes included."""
-        if self._scontrol_json is not False:
-            argv = self._argv("scontrol", "show", "nodes", "--json")
-            try:
-                nodes = self._fetch_nodes(argv)
-            except InvalidInput as e:
-                if _NO_JSON_MARKER not in str(e):
-                    raise
-                log.info("scontrol does not support --json (Slurm < 23.02); using sinfo --json")
-                self._scontrol_json = False
-            else:
-                self._scontrol_json = True
-                return nodes
+        if self.version().scontrol_lists_nodes_as_json:
+            return self._fetch_nodes(self._argv("scontrol", "show", "nodes", "--json"))
         nodes = self._fetch_nodes(self._argv("sinfo", "--json", "--all"))
         if not nodes:
             log.warning(

@@ -4,11 +4,15 @@ Two shapes are understood, both recorded from real daemons under ``tests/data/sl
 
 * Slurm 22.05 ``sinfo --json`` (openapi v0.0.38): ``nodes[].state`` is a lower-case string
   (``"idle"``), the flags are in ``nodes[].state_flags``.
-* Slurm 24.11 ``scontrol show nodes --json`` (data_parser v0.0.42): ``nodes[].state`` is one list,
-  base state first, then the flags (``["IDLE", "CLOUD", "POWERED_DOWN"]``).
+* Slurm 24.11 and 26.05 ``scontrol show nodes --json`` (``meta.plugin.data_parser`` v0.0.42 and
+  v0.0.45): ``nodes[].state`` is one list, base state first, then the flags (``["IDLE", "CLOUD",
+  "POWERED_DOWN"]``). The fields read here are the same in both; 26.05 adds ``cert_flags``,
+  ``suspend_time``, ``tls_cert_last_renewal`` and ``topology`` to a node and drops
+  ``external_sensors``, ``power`` and ``tres_weighted``, none of which we read.
 
-Slurm 24.11's ``sinfo --json`` is a different document (``sinfo[]`` grouped by partition and state,
-without per-node reasons); it is rejected with a message pointing at ``scontrol show nodes --json``.
+Slurm >= 23.02's ``sinfo --json`` is a different document (``sinfo[]`` grouped by partition and
+state, without per-node reasons); it is rejected with a message pointing at ``scontrol show nodes
+--json``.
 
 Slurm reports some failures *inside* the document with exit status 0: 22.05 ``sinfo --json`` with
 slurmctld unreachable prints ``"errors": [{"error": "Unspecified error", "errno": -1}]`` and no
@@ -72,7 +76,7 @@ class SinfoV0038(TypedDict):
 
 
 class NodeV0042(TypedDict):
-    """A node in Slurm 24.11 ``scontrol show nodes --json``."""
+    """A node in Slurm 24.11 (v0.0.42) and 26.05 (v0.0.45) ``scontrol show nodes --json``."""
 
     name: str
     state: list[str]
@@ -83,7 +87,7 @@ class NodeV0042(TypedDict):
 
 
 class ScontrolNodesV0042(TypedDict):
-    """Slurm 24.11 ``scontrol show nodes --json``."""
+    """Slurm 24.11 and 26.05 ``scontrol show nodes --json``."""
 
     meta: dict[str, Any]
     errors: list[SlurmErrorV0038]
@@ -215,7 +219,8 @@ def _epoch(value: object) -> datetime | None:
 def parse_scontrol_nodes_v0042(
     doc: dict[str, Any], what: str = "scontrol show nodes --json"
 ) -> list[SlurmNode]:
-    """Parse Slurm 24.11 ``scontrol show nodes --json`` (``state`` is a list, base state first)."""
+    """Parse Slurm 24.11 / 26.05 ``scontrol show nodes --json`` (``state`` is a list, base state
+    first)."""
     _refuse_reported_errors(doc, what)
     with collector_paused():
         return list(_scontrol_v0042_nodes(_list(doc, "nodes", what), what).values())

@@ -1,15 +1,21 @@
 """``$SLURM_RESUME_FILE``: which jobs wait for which resumed node, read defensively.
 
 slurmctld writes this JSON for ResumeProgram. Its shape changed across releases; all of these
-are read, and fields we do not know are ignored, so a newer Slurm (26.05) adding some does not
-break us::
+are read (recorded from real daemons: ``tests/data/slurm/v*/resume-file-*.json``), and fields we
+do not know are ignored, so a newer Slurm adding some does not break us::
 
-    22.05  {"all_nodes": "c[1-2]", "jobs": [{"job_id": 3, "nodes": "c[1-2]"}]}
-    24.11  {"all_nodes_resume": "c2", "jobs": [{"job_id": 3, "nodes_alloc": "c[1-2]",
-                                                "nodes_resume": "c2", "partition": "k8s"}]}
+    22.05  {"jobs": [{"job_id": 3, "nodes": "c[1-2]"}], "all_nodes": "c[1-2]"}
+    24.11  {"jobs": [{"job_id": 4, "nodes_alloc": "c[1-2]", "nodes_resume": "c[1-2]",
+                      "partition": "debug", "features": "big", "oversubscribe": "OK",
+                      "extra": null, "reservation": null}], "all_nodes_resume": "c[1-2]"}
+    26.05  as 24.11, plus "exclusive": "NO" | "NODE" | ... and "priority": 1
 
 A job's nodes are its first non-null field of ``nodes_resume``, ``nodes``, ``nodes_alloc``: the
-nodes it waits for to power up, where Slurm says so.
+nodes it waits for to power up, where Slurm says so. Of the rest, :class:`ResumeJob` keeps what
+could shape a pod (partition, features, whole node or not); ``priority`` is left out (the bridge
+creates every pod of a call at once, so an order among jobs would change nothing), and so are
+``oversubscribe`` (24.11 wrote "OK" for a shared and "NO" for an exclusive job, 26.05 "NO" for
+both: not a reliable signal), ``extra`` and ``reservation``.
 
 The file reaches the bridge through a hook and a gRPC field, so it is treated as hostile: its
 size (:data:`MAX_SIZE`), JSON nesting (:data:`MAX_DEPTH`, checked before parsing, without
@@ -23,6 +29,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from bridge.domain.hostlist import MAX_HOSTS, expand
@@ -40,14 +47,29 @@ _STRING = re.compile(r'"[^"]*"')  # once escapes are gone, a string has no '"' i
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
-def jobs_by_node(contents: str, *, max_nodes: int = MAX_NODES) -> dict[str, list[int]]:
-    """Node → ids of the jobs that wait for it, from the resume file's text.
+@dataclass(frozen=True)
+class ResumeJob:
+    """One job of the resume file: the nodes it waits for, and what it asked of them.
 
-    Blank text gives ``{}`` (Slurm before 22.05 writes no file). A node listed twice for one
-    job carries that job once. Raises :class:`InvalidInput` naming the field that is wrong or
-    too big; the file only feeds logs and Events, so callers keep resuming the hostlist.
+    A field the series does not write is ``None`` (22.05 writes none of them, 24.11 no
+    ``exclusive``); ``features`` is Slurm's constraint expression as written (``big&ssd``).
     """
-    by_node: dict[str, list[int]] = {}
+
+    job_id: int
+    nodes: tuple[str, ...]
+    partition: str | None = None
+    features: str | None = None
+    exclusive: bool | None = None  # whole nodes (26.05: any "exclusive" but "NO")
+
+
+def resume_jobs(contents: str, *, max_nodes: int = MAX_NODES) -> list[ResumeJob]:
+    """The jobs of the resume file's text, in Slurm's order.
+
+    Blank text gives ``[]`` (Slurm before 22.05 writes no file). Raises :class:`InvalidInput`
+    naming the field that is wrong or too big; the file only feeds logs and Events, so callers
+    keep resuming the hostlist.
+    """
+    jobs = []
     total = 0
     for index, job in enumerate(_jobs(contents)):
         where = f"resume_file: jobs[{index}]"
@@ -59,10 +81,29 @@ def jobs_by_node(contents: str, *, max_nodes: int = MAX_NODES) -> dict[str, list
         total += len(nodes)
         if total > max_nodes:
             raise InvalidInput(f"{where}.{field}: the jobs list more than {max_nodes} nodes in all")
-        for node in nodes:
+        exclusive = _optional_str(job, "exclusive")
+        jobs.append(
+            ResumeJob(
+                job_id=job_id,
+                nodes=tuple(nodes),
+                partition=_optional_str(job, "partition"),
+                features=_optional_str(job, "features"),
+                exclusive=None if exclusive is None else exclusive.upper() != "NO",
+            )
+        )
+    return jobs
+
+
+def jobs_by_node(contents: str, *, max_nodes: int = MAX_NODES) -> dict[str, list[int]]:
+    """Node → ids of the jobs that wait for it, from the resume file's text (see
+    :func:`resume_jobs`, whose errors it raises). A node listed twice for one job carries that
+    job once."""
+    by_node: dict[str, list[int]] = {}
+    for job in resume_jobs(contents, max_nodes=max_nodes):
+        for node in job.nodes:
             ids = by_node.setdefault(node, [])
-            if not ids or ids[-1] != job_id:
-                ids.append(job_id)
+            if not ids or ids[-1] != job.job_id:
+                ids.append(job.job_id)
     return by_node
 
 
@@ -108,6 +149,13 @@ def _job(job: Any, where: str) -> tuple[int, str, str]:
             raise InvalidInput(f"{where}.{field}: must be a hostlist string, got {_kind(value)}")
         return job_id, field, value
     return job_id, NODE_FIELDS[0], ""  # no nodes field: the job names no node we resume
+
+
+def _optional_str(job: dict[str, Any], field: str) -> str | None:
+    """A descriptive string field; left out, ``null`` or of another type it is absent. Not an
+    error: a later series changing its type must not cost the job ids and nodes around it."""
+    value = job.get(field)
+    return value if isinstance(value, str) else None
 
 
 def json_depth(text: str) -> int:

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
-from bridge.domain.resume_file import MAX_DEPTH, MAX_SIZE, jobs_by_node, json_depth
+from bridge.domain.resume_file import (
+    MAX_DEPTH,
+    MAX_SIZE,
+    ResumeJob,
+    jobs_by_node,
+    json_depth,
+    resume_jobs,
+)
 from bridge.errors import HostlistError, InvalidInput
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 
 # As slurmctld writes them (src/slurmctld/power_save.c of each series), trimmed to one job each.
 SLURM_22_05 = {
@@ -70,6 +80,45 @@ VALID = [
 @pytest.mark.parametrize(("contents", "expected"), VALID)
 def test_jobs_by_node(contents: str, expected: dict[str, list[int]]) -> None:
     assert jobs_by_node(contents) == expected
+
+
+# What slurmctld wrote into $SLURM_RESUME_FILE (record.py): job 4 on cloud[1-2] (sbatch -N2),
+# job 5 on cloud5 (sbatch -C big --exclusive). 22.05 writes job ids and nodes only; 24.11 adds
+# partition and features but has no "exclusive"; 26.05 writes it (and priority, not kept).
+RECORDED = [
+    ("v22.05", "2-nodes", ResumeJob(4, ("cloud1", "cloud2"))),
+    ("v22.05", "features-exclusive", ResumeJob(5, ("cloud5",))),
+    ("v24.11", "2-nodes", ResumeJob(4, ("cloud1", "cloud2"), "debug", None, None)),
+    ("v24.11", "features-exclusive", ResumeJob(5, ("cloud5",), "debug", "big", None)),
+    ("v26.05", "2-nodes", ResumeJob(4, ("cloud1", "cloud2"), "debug", None, False)),
+    ("v26.05", "features-exclusive", ResumeJob(5, ("cloud5",), "debug", "big", True)),
+]
+
+
+@pytest.mark.parametrize(
+    ("series", "case", "job"), RECORDED, ids=[f"{r[0]}-{r[1]}" for r in RECORDED]
+)
+def test_recorded_resume_files(series: str, case: str, job: ResumeJob) -> None:
+    contents = (DATA / series / f"resume-file-{case}.json").read_text()
+    assert resume_jobs(contents) == [job]
+    assert jobs_by_node(contents) == {node: [job.job_id] for node in job.nodes}
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({}, ResumeJob(1, ("a1",))),
+        ({"partition": None, "features": None, "exclusive": None}, ResumeJob(1, ("a1",))),
+        ({"exclusive": "USER"}, ResumeJob(1, ("a1",), exclusive=True)),
+        ({"exclusive": "no"}, ResumeJob(1, ("a1",), exclusive=False)),
+        # Another type in a later series: read as absent, the job and its nodes still count.
+        ({"features": ["big"], "exclusive": 1, "partition": {}}, ResumeJob(1, ("a1",))),
+        ({"priority": 4294967294, "het_job_offset": 0}, ResumeJob(1, ("a1",))),
+    ],
+)
+def test_descriptive_fields(fields: dict[str, object], expected: ResumeJob) -> None:
+    contents = json.dumps({"jobs": [{"job_id": 1, "nodes_resume": "a1", **fields}]})
+    assert resume_jobs(contents) == [expected]
 
 
 def nested(depth: int) -> str:

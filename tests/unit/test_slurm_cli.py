@@ -15,11 +15,14 @@ from typing import Any
 import pytest
 
 from bridge.adapters.slurm_cli import SlurmCli
+from bridge.app import log_slurm_version
+from bridge.domain.slurm_version import SlurmVersion, SlurmVersionError
 from bridge.errors import BackendError, HostlistError, InvalidInput, TransientBackendError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 V22 = DATA / "v22.05"
 V24 = DATA / "v24.11"
+V26 = DATA / "v26.05"
 
 
 @dataclass(frozen=True)
@@ -86,36 +89,91 @@ def _cli(fake: FakeSlurm, **kwargs: object) -> SlurmCli:
     return SlurmCli(str(fake.bin_dir), **options)  # type: ignore[arg-type]
 
 
-def test_list_nodes_uses_scontrol_json_on_24_11(fake: FakeSlurm) -> None:
-    fake.command("scontrol", {"show": Reply(stdout=V24 / "scontrol-states.json")})
+#: ``scontrol --version`` as each series printed it (record.py).
+VERSION_22 = Reply(stdout=V22 / "scontrol-version.txt")
+VERSION_24 = Reply(stdout=V24 / "scontrol-version.txt")
+VERSION_26 = Reply(stdout=V26 / "scontrol-version.txt")
+
+
+@pytest.mark.parametrize(
+    ("version", "listing"),
+    [
+        (VERSION_24, V24 / "scontrol-states.json"),
+        (VERSION_26, V26 / "scontrol-states.json"),
+    ],
+    ids=["24.11", "26.05"],
+)
+def test_list_nodes_uses_scontrol_json_from_23_02(
+    fake: FakeSlurm, version: Reply, listing: Path
+) -> None:
+    fake.command("scontrol", {"--version": version, "show": Reply(stdout=listing)})
     cli = _cli(fake, conf="/etc/slurm-test/slurm.conf")
     nodes = cli.list_nodes()
     assert [n.display_state for n in nodes][:3] == ["idle~", "alloc#", "alloc"]
     cli.list_nodes()
-    assert fake.calls() == ["/etc/slurm-test/slurm.conf|scontrol show nodes --json"] * 2
+    assert fake.calls() == [
+        "/etc/slurm-test/slurm.conf|scontrol --version",
+        *["/etc/slurm-test/slurm.conf|scontrol show nodes --json"] * 2,
+    ]
 
 
-def test_list_nodes_falls_back_to_sinfo_once_on_22_05(fake: FakeSlurm) -> None:
-    fake.command(
-        "scontrol",
-        {"show": Reply(stderr=V22 / "errors" / "scontrol-json-unsupported.stderr", rc=1)},
-    )
+def test_list_nodes_uses_sinfo_on_22_05(fake: FakeSlurm) -> None:
+    fake.command("scontrol", {"--version": VERSION_22})
     fake.command("sinfo", {"--json": Reply(stdout=V22 / "sinfo-states.json")})
     cli = _cli(fake)
     assert len(cli.list_nodes()) == 8
     assert len(cli.list_nodes()) == 8
     assert fake.calls() == [
-        "|scontrol show nodes --json",
+        "|scontrol --version",
         "|sinfo --json --all",
         "|sinfo --json --all",
     ]
 
 
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        (VERSION_22, SlurmVersion(22, 5, 8)),
+        (VERSION_24, SlurmVersion(24, 11, 5)),
+        (VERSION_26, SlurmVersion(26, 5, 5)),
+    ],
+    ids=["22.05", "24.11", "26.05"],
+)
+def test_version_is_probed_once(fake: FakeSlurm, reply: Reply, expected: SlurmVersion) -> None:
+    fake.command("scontrol", {"--version": reply})
+    cli = _cli(fake, conf="/c/slurm.conf")
+    assert cli.version() == expected
+    assert cli.version() == expected
+    assert fake.calls() == ["/c/slurm.conf|scontrol --version"]
+
+
+def test_unparsable_version_is_named_and_probed_again(fake: FakeSlurm, tmp_path: Path) -> None:
+    odd = tmp_path / "odd.txt"
+    odd.write_text("scontrol: fatal: Could not establish a configuration source\n")
+    fake.command("scontrol", {"--version": Reply(stdout=odd)})
+    cli = _cli(fake)
+    for _ in range(2):
+        with pytest.raises(SlurmVersionError, match=r"expected 'slurm <major>\.<minor>\.<patch>'"):
+            cli.list_nodes()
+    assert fake.calls() == ["|scontrol --version"] * 2
+
+
+def test_the_app_logs_the_version_once_or_why_not(
+    fake: FakeSlurm, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.command("scontrol", {"--version": VERSION_26})
+    caplog.set_level("INFO", logger="bridge.app")
+    log_slurm_version(_cli(fake), "/usr/bin")
+    assert "Slurm 26.05.5 at /usr/bin" in caplog.text
+    no_conf = tmp_path / "no-conf.stderr"
+    no_conf.write_text("scontrol: fatal: Could not establish a configuration source\n")
+    fake.command("scontrol", {"--version": Reply(stderr=no_conf, rc=1)})
+    log_slurm_version(_cli(fake), "/usr/bin")
+    assert "Slurm version unknown (probed again on first use): scontrol --version" in caplog.text
+
+
 def test_22_05_sinfo_reporting_unreachable_with_exit_0_is_retried(fake: FakeSlurm) -> None:
-    fake.command(
-        "scontrol",
-        {"show": Reply(stderr=V22 / "errors" / "scontrol-json-unsupported.stderr", rc=1)},
-    )
+    fake.command("scontrol", {"--version": VERSION_22})
     fake.command("sinfo", {"--json": Reply(stdout=V22 / "sinfo-unreachable.json")})
     with pytest.raises(TransientBackendError, match=r"sinfo --json --all: .*Unspecified error"):
         _cli(fake, attempts=2).list_nodes()
@@ -127,10 +185,7 @@ def test_empty_22_05_listing_warns_about_private_data(
 ) -> None:
     empty = tmp_path / "empty.json"
     empty.write_text('{"meta": {}, "errors": [], "nodes": []}')
-    fake.command(
-        "scontrol",
-        {"show": Reply(stderr=V22 / "errors" / "scontrol-json-unsupported.stderr", rc=1)},
-    )
+    fake.command("scontrol", {"--version": VERSION_22})
     fake.command("sinfo", {"--json": Reply(stdout=empty)})
     assert _cli(fake).list_nodes() == []
     assert "PrivateData=cloud" in caplog.text
@@ -140,15 +195,16 @@ def test_unreachable_then_recovered_is_retried(fake: FakeSlurm) -> None:
     fake.command(
         "scontrol",
         {
+            "--version": VERSION_24,
             "show": Reply(
                 stdout=V24 / "scontrol-states.json",
                 fail_first=2,
                 fail_stderr=V24 / "errors" / "scontrol-unreachable.stderr",
-            )
+            ),
         },
     )
     assert len(_cli(fake, attempts=3).list_nodes()) == 8
-    assert len(fake.calls()) == 3
+    assert fake.calls() == ["|scontrol --version", *["|scontrol show nodes --json"] * 3]
 
 
 def test_update_runs_one_scontrol_with_a_hostlist(fake: FakeSlurm) -> None:
@@ -270,9 +326,14 @@ def test_update_without_reason_and_with_no_names(fake: FakeSlurm) -> None:
         (V24 / "errors" / "update-bogus-state.stderr", InvalidInput, 1),
         (V22 / "errors" / "update-unreachable.stderr", TransientBackendError, 3),
         (V24 / "errors" / "update-unreachable.stderr", TransientBackendError, 3),
+        (V26 / "errors" / "update-invalid-node-name.stderr", InvalidInput, 1),
+        # 26.05 says "Invalid node state transition" where 24.11 said "... specified".
+        (V26 / "errors" / "update-invalid-state-transition.stderr", InvalidInput, 1),
+        (V26 / "errors" / "update-bogus-state.stderr", InvalidInput, 1),
+        (V26 / "errors" / "update-unreachable.stderr", TransientBackendError, 3),
         (None, BackendError, 1),
     ],
-    ids=lambda v: v.name if isinstance(v, Path) else str(v),
+    ids=lambda v: f"{v.parent.parent.name}/{v.name}" if isinstance(v, Path) else str(v),
 )
 def test_update_failures_are_translated(
     fake: FakeSlurm, stderr: Path | None, error: type[Exception], calls: int

@@ -1,4 +1,5 @@
-"""Parsing of Slurm JSON recorded from real 22.05 and 24.11 daemons (tests/data/slurm/README.md)."""
+"""Parsing of Slurm JSON recorded from real 22.05, 24.11 and 26.05 daemons
+(tests/data/slurm/README.md)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,20 @@ from bridge.errors import BackendError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 
-STATES_FILES = ("v22.05/sinfo-states.json", "v24.11/scontrol-states.json")
-AFTER_FILES = ("v22.05/sinfo-after-transitions.json", "v24.11/scontrol-after-transitions.json")
+STATES_FILES = (
+    "v22.05/sinfo-states.json",
+    "v24.11/scontrol-states.json",
+    "v26.05/scontrol-states.json",
+)
+AFTER_FILES = (
+    "v22.05/sinfo-after-transitions.json",
+    "v24.11/scontrol-after-transitions.json",
+    "v26.05/scontrol-after-transitions.json",
+)
 DOWN_PU_FILES = (
     "v22.05/sinfo-down-on-powering-up.json",
     "v24.11/scontrol-down-on-powering-up.json",
+    "v26.05/scontrol-down-on-powering-up.json",
 )
 ALL_NODE_FILES = STATES_FILES + AFTER_FILES + DOWN_PU_FILES
 
@@ -50,10 +60,12 @@ AFTER_COMMON = [
     ("cloud7", "IDLE", {"DRAIN", "POWERED_DOWN"}, "maintenance: disk check", "cloud7", "drain~"),
     ("cloud8", "DOWN", {"POWERED_DOWN"}, K8S_PULL, "cloud8", "down~"),
 ]
-# state=resume on down~ gives idle~ + NOT_RESPONDING; 22.05 clears the reason, 24.11 keeps it.
+# state=resume on down~ gives idle~; 22.05 clears the reason, 24.11 keeps it, 26.05 clears it
+# again and no longer marks the powered-down node NOT_RESPONDING.
 AFTER_RESUMED = {
     "v22.05": ("cloud6", "IDLE", {"NOT_RESPONDING", "POWERED_DOWN"}, "", "cloud6", "idle~"),
     "v24.11": ("cloud6", "IDLE", {"NOT_RESPONDING", "POWERED_DOWN"}, HAND, "cloud6", "idle~"),
+    "v26.05": ("cloud6", "IDLE", {"POWERED_DOWN"}, "", "cloud6", "idle~"),
 }
 # state=power_down on a node running a job: queued power down, sinfo shows "alloc!".
 POWER_DOWN_QUEUED = ("cloud3", "ALLOCATED", {"POWER_DOWN"}, "", "127.0.0.1", "alloc!")
@@ -139,9 +151,25 @@ def test_unreachable_slurmctld_inside_document_is_an_error() -> None:
         slurm_json.parse_nodes(doc)
 
 
-def test_sinfo_of_24_11_is_refused_with_a_pointer() -> None:
+@pytest.mark.parametrize("series", ["v24.11", "v26.05"])
+def test_sinfo_of_newer_series_is_refused_with_a_pointer(series: str) -> None:
     with pytest.raises(BackendError, match="scontrol show nodes --json"):
-        slurm_json.parse_nodes(_load("v24.11/sinfo-states.json"))
+        slurm_json.parse_nodes(_load(f"{series}/sinfo-states.json"))
+
+
+@pytest.mark.parametrize(
+    ("file", "data_parser", "release"),
+    [
+        ("v24.11/scontrol-states.json", "data_parser/v0.0.42", "24.11.5"),
+        ("v24.11/squeue-states.json", "data_parser/v0.0.42", "24.11.5"),
+        ("v26.05/scontrol-states.json", "data_parser/v0.0.45", "26.05.5"),
+        ("v26.05/squeue-states.json", "data_parser/v0.0.45", "26.05.5"),
+    ],
+)
+def test_recorded_series_and_data_parser(file: str, data_parser: str, release: str) -> None:
+    # Which document each series printed: the parser above reads both data_parser versions.
+    meta = _load(file)["meta"]
+    assert (meta["plugin"]["data_parser"], meta["slurm"]["release"]) == (data_parser, release)
 
 
 def _v38(**node: Any) -> dict[str, Any]:

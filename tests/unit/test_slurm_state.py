@@ -27,8 +27,12 @@ def _load(file: str) -> dict[str, Any]:
         # 24.11: ["RUNNING", "CONFIGURING", "POWER_UP_NODE"] reads as scontrol's JobState.
         ("v24.11/squeue-states.json", 1, "CONFIGURING"),
         ("v24.11/squeue-states.json", 2, "RUNNING"),
+        # 26.05 (data_parser v0.0.45): the same list.
+        ("v26.05/squeue-states.json", 1, "CONFIGURING"),
+        ("v26.05/squeue-states.json", 2, "RUNNING"),
         ("v22.05/squeue-states.json", 3, ""),
         ("v24.11/squeue-states.json", 3, ""),
+        ("v26.05/squeue-states.json", 3, ""),
     ],
 )
 def test_recorded_job_states(file: str, job: int, state: str) -> None:

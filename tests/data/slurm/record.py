@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
 """Re-record tests/data/slurm/ from real, throw-away Slurm clusters (run as root).
 
-    python3 tests/data/slurm/record.py [--version 22.05|24.11|all] [--out DIR] [--keep]
+    python3 tests/data/slurm/record.py [--version 22.05|24.11|26.05|all] [--out DIR] [--keep]
+    python3 tests/data/slurm/record.py --version 26.05 --job-start 3   # timings instead
 
 22.05: Debian bookworm's slurmctld/slurmd/munge on the host, in /tmp/slurmrec-2205, with its own
-munged socket and key. 24.11: Debian trixie's Slurm in a debootstrap root cached at
-/root/.cache/slurm-k8s-bridge/rootfs-trixie-slurm (created on first use; trixie is never added to
-the host's apt sources), auth/slurm with a slurm.key, run in /tmp/slurmrec-2411 inside that root.
-Each cluster has eight State=CLOUD nodes, each slurmd on its own port; ResumeProgram and
-SuspendProgram only log, so a node stays POWERING_UP until this script starts its slurmd.
+munged socket and key. 24.11 and 26.05: Debian trixie's and sid's Slurm in debootstrap roots
+cached at /root/.cache/slurm-k8s-bridge/rootfs-{trixie,sid}-slurm (created on first use; those
+suites are never added to the host's apt sources), auth/slurm with a slurm.key, run in
+/tmp/slurmrec-2411 or -2605 inside the root. Each cluster has eight State=CLOUD nodes, each
+slurmd on its own port; ResumeProgram and SuspendProgram only log (ResumeProgram also keeps a
+copy of $SLURM_RESUME_FILE), so a node stays POWERING_UP until this script starts its slurmd.
 
-Ports: 22.05 uses 16817/16818 and 16821-16828, 24.11 uses 16837/16838 and 16841-16848.
+Ports: 22.05 uses 16817/16818 and 16821-16828, 24.11 16837/16838 and 16841-16848, 26.05
+16857/16858 and 16861-16868 (--job-start: up to 15 nodes, still below the next base port).
 Every process started is stopped by PID at the end (``--keep`` leaves the work dir for reading).
 """
 
@@ -29,7 +32,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOTFS = Path("/root/.cache/slurm-k8s-bridge/rootfs-trixie-slurm")
+CACHE = Path("/root/.cache/slurm-k8s-bridge")
+#: Series recorded in a debootstrap root of the Debian suite that ships it: (suite, base port).
+#: 22.05 is the host's own (bookworm) and base port 16817.
+SUITES = {"24.11": ("trixie", 16837), "26.05": ("sid", 16857)}
+VERSIONS = ("22.05", *SUITES)
 MIRROR = "http://deb.debian.org/debian"
 NODES = [f"cloud{i}" for i in range(1, 9)]
 POWER_PARAMS = "idle_on_node_suspend,power_save_interval=5,power_save_min_interval=0"
@@ -73,24 +80,55 @@ ResumeRate=0
 SuspendRate=0
 TreeWidth=65533
 {nodes}
-PartitionName=debug Nodes=cloud[1-8] Default=YES MaxTime=INFINITE State=UP
+PartitionName=debug Nodes=cloud[1-{last}] Default=YES MaxTime=INFINITE State=UP
 PartitionName=k8s Nodes=cloud[1-3] MaxTime=INFINITE State=UP
 """
 
 HOOK = '#!/bin/sh\necho "{kind} $*" >> {d}/log/hooks.log\n'
+# The resume file is a /proc/<pid>/fd path, gone once the hook exits: keep a copy per call ($$).
+# Hooks run without PATH, hence /bin/cat.
+RESUME_HOOK = (
+    '#!/bin/sh\necho "resume $* $$" >> {d}/log/hooks.log\n'
+    'if [ -n "$SLURM_RESUME_FILE" ]; then\n'
+    '  /bin/cat "$SLURM_RESUME_FILE" > {d}/log/resume-$$.json\n'
+    "fi\n"
+)
+
+
+# A PrologSlurmctld that returns once none of the job's nodes is powering up (#), powered down
+# (~) or not responding (*). slurmctld launches a CONFIGURING batch job when its last prolog
+# ends and the nodes are ready (prolog_running_decr), instead of at its 30 s periodic check.
+PROLOG = """#!/bin/sh
+echo "prolog $SLURM_JOB_ID $SLURM_JOB_NODELIST" >> {d}/log/hooks.log
+i=0
+while [ $i -lt 1200 ]; do
+  states=$(SLURM_CONF={conf} /usr/bin/sinfo -h -N -n "$SLURM_JOB_NODELIST" -o %t)
+  case "$states" in *'#'*|*'~'*|*'*'*|'') ;; *) exit 0 ;; esac
+  i=$((i+1))
+  /bin/sleep 0.25
+done
+exit 0
+"""
 
 
 class Cluster:
     """One throw-away slurmctld with CLOUD nodes; ``run`` runs a Slurm client command."""
 
-    def __init__(self, version: str, out: Path) -> None:
+    def __init__(
+        self, version: str, out: Path, nodes: int = len(NODES), *, prolog: bool = False
+    ) -> None:
         self.version = version
+        self.prolog = prolog
+        # More nodes than the scenario's eight only for --job-start (ports stay below the next
+        # series' base port up to 12).
+        self.nodes = [f"cloud{i}" for i in range(1, nodes + 1)]
         self.out = out / f"v{version}"
         self.legacy = version == "22.05"
         tag = version.replace(".", "")
         self.dir = Path(f"/tmp/slurmrec-{tag}")  # path as the daemons see it
-        self.host_dir = self.dir if self.legacy else ROOTFS / self.dir.relative_to("/")
-        self.base_port = 16817 if self.legacy else 16837
+        self.root = None if self.legacy else rootfs(version)
+        self.host_dir = self.root / self.dir.relative_to("/") if self.root else self.dir
+        self.base_port = 16817 if self.legacy else SUITES[version][1]
         self.conf = self.dir / "etc" / "slurm.conf"
         self.procs: list[subprocess.Popen[bytes]] = []
         self.slurmds: dict[str, subprocess.Popen[bytes]] = {}
@@ -100,12 +138,14 @@ class Cluster:
     def write_config(self) -> None:
         if self.host_dir.exists():
             raise SystemExit(f"{self.host_dir} exists: another recording running? remove it")
-        for sub in ("etc", "state", "log", "run", *(f"spool/{n}" for n in NODES)):
+        for sub in ("etc", "state", "log", "run", *(f"spool/{n}" for n in self.nodes)):
             (self.host_dir / sub).mkdir(parents=True)
         etc = self.host_dir / "etc"
         for kind in ("resume", "suspend", "resumefail"):
             hook = etc / f"{kind}.sh"
-            hook.write_text(HOOK.format(kind=kind, d=self.dir))
+            hook.write_text(
+                (RESUME_HOOK if kind == "resume" else HOOK).format(kind=kind, d=self.dir)
+            )
             hook.chmod(0o755)
         key = etc / ("munge.key" if self.legacy else "slurm.key")
         key.write_bytes(os.urandom(1024))
@@ -123,10 +163,18 @@ class Cluster:
             (etc / "cgroup.conf").write_text("CgroupPlugin=disabled\n")
         nodes = "\n".join(
             f"NodeName={n} CPUs=1 RealMemory=100 State=CLOUD Port={self.base_port + 4 + i}"
-            for i, n in enumerate(NODES, start=1)
+            # A feature, so that the resume file shows what a job asking for one carries.
+            + (" Features=big" if n == "cloud5" else "")
+            for i, n in enumerate(self.nodes, start=1)
         )
+        extra = ""
+        if self.prolog:
+            (etc / "prolog.sh").write_text(PROLOG.format(d=self.dir, conf=self.conf))
+            (etc / "prolog.sh").chmod(0o755)
+            extra = f"PrologSlurmctld={self.dir}/etc/prolog.sh\n"
         (etc / "slurm.conf").write_text(
-            SLURM_CONF.format(
+            extra
+            + SLURM_CONF.format(
                 cluster=f"rec{self.version.replace('.', '')}",
                 host=socket.gethostname(),
                 ctld_port=self.base_port,
@@ -135,8 +183,13 @@ class Cluster:
                 d=self.dir,
                 ctld_params=params,
                 nodes=nodes,
+                last=len(self.nodes),
             )
         )
+
+    def conf_path(self) -> Path:
+        """slurm.conf as this process sees it (the daemons see :attr:`conf`)."""
+        return self.host_dir / "etc" / "slurm.conf"
 
     def argv(self, *cmd: str, private_run: bool = False) -> list[str]:
         if self.legacy:
@@ -156,7 +209,7 @@ class Cluster:
             "sh",
             "-c",
             script,
-            str(ROOTFS),
+            str(self.root),
             *cmd,
         ]
 
@@ -344,6 +397,9 @@ def scenario(c: Cluster) -> None:
     c.record_error("update-bogus-state", "scontrol", "update", "nodename=cloud5", "state=bogus")
     if c.legacy:
         c.record_error("scontrol-json-unsupported", "scontrol", "show", "nodes", "--json")
+    c.record("scontrol-version.txt", c.run("scontrol", "--version").stdout)
+    resume_files(c)
+    power_down_with_reason(c)
     c.stop()
     # slurmctld gone: what clients say (the Slurm client itself retries for ~9 s first).
     c.record_error(
@@ -355,57 +411,285 @@ def scenario(c: Cluster) -> None:
         c.record_error("scontrol-unreachable", "scontrol", "show", "nodes", "--json")  # fmt: skip
 
 
-def ensure_rootfs() -> None:
-    """Create the cached trixie root with Slurm 24.11 (separate apt sources: the root's own)."""
-    if (ROOTFS / "usr/sbin/slurmctld").exists():
+def rootfs(version: str) -> Path:
+    """The cached root of the Debian suite that ships ``version``."""
+    return CACHE / f"rootfs-{SUITES[version][0]}-slurm"
+
+
+def resume_file_after(c: Cluster, calls_before: int, timeout_s: float = 30) -> str:
+    """The resume file of the first ResumeProgram call after ``calls_before`` calls."""
+    deadline = time.monotonic() + timeout_s
+    hooks = c.host_dir / "log" / "hooks.log"
+    while time.monotonic() < deadline:
+        calls = [line for line in hooks.read_text().splitlines() if line.startswith("resume ")]
+        if len(calls) > calls_before:
+            copy = c.host_dir / "log" / f"resume-{calls[calls_before].split()[-1]}.json"
+            time.sleep(1)  # the hook logs its call before it copies the file
+            print(f"  {calls[calls_before]}")
+            return copy.read_text() if copy.exists() else ""
+        time.sleep(0.5)
+    raise SystemExit(f"no ResumeProgram call after {calls_before} (see {hooks})")
+
+
+def resume_calls(c: Cluster) -> int:
+    hooks = c.host_dir / "log" / "hooks.log"
+    text = hooks.read_text() if hooks.exists() else ""
+    return sum(line.startswith("resume ") for line in text.splitlines())
+
+
+def resume_files(c: Cluster) -> None:
+    """What slurmctld writes into $SLURM_RESUME_FILE: a 2-node job, then a job asking for a
+    feature and the whole node (one at a time, or Slurm batches both into one call)."""
+    before = resume_calls(c)
+    c.run("sbatch", "-N2", "-w", "cloud[1-2]", "--wrap", "sleep 3000")
+    c.record("resume-file-2-nodes.json", resume_file_after(c, before))
+    before = resume_calls(c)
+    c.run("sbatch", "-C", "big", "--exclusive", "-w", "cloud5", "--wrap", "sleep 3000")
+    c.record("resume-file-features-exclusive.json", resume_file_after(c, before))
+    for node in ("cloud1", "cloud2", "cloud5"):
+        wait_for(c, node, ["alloc#"])
+
+
+#: The reason of a one-step power down, as the bridge would write it.
+POWER_DOWN_REASON = "k8s: PodFailed: one-step power down"
+
+
+def power_down_with_reason(c: Cluster) -> None:
+    """Which command powers a CLOUD node down with our reason in one call, and what remains.
+
+    cloud1 (alloc#, half of a 2-node job) gets ``scontrol power down force ... reason=``;
+    cloud5 (alloc#, exclusive job) gets ``scontrol update ... state=power_down_force reason=``.
+    The commands and their output go to power-down-reason.txt; the listing right after
+    (power-down-reason.json) and once both settled (power-down-reason-settled.json)."""
+    attempts = [
+        ("scontrol", "power", "down", "force", "cloud1", f"reason={POWER_DOWN_REASON}"),
+        (
+            "scontrol", "update", "nodename=cloud5", "state=power_down_force",
+            f"reason={POWER_DOWN_REASON}",
+        ),
+    ]  # fmt: skip
+    lines = []
+    accepted = []
+    for node, cmd in zip(("cloud1", "cloud5"), attempts, strict=True):
+        done = c.run(*cmd, check=False)
+        if done.returncode == 0:
+            accepted.append(node)
+        shown = " ".join(f"'{a}'" if " " in a else a for a in cmd)
+        lines += [f"$ {shown}", f"rc={done.returncode}", done.stdout + done.stderr]
+    time.sleep(3)
+    lines += [
+        "$ sinfo -N -p debug -o '%N %t %E'",
+        c.run("sinfo", "-N", "-p", "debug", "-o", "%N %t %E").stdout,
+    ]
+    lines += ["$ squeue -o '%i %T %r %N'", c.run("squeue", "-o", "%i %T %r %N").stdout]
+    c.record("power-down-reason.json", c.nodes_json())
+    for node in accepted:  # a refused command leaves its node alloc#
+        with contextlib.suppress(SystemExit):
+            wait_for(c, node, ["idle~", "down~", "drain~"], timeout_s=90)
+    lines += [
+        "(settled)",
+        "$ sinfo -N -p debug -o '%N %t %E'",
+        c.run("sinfo", "-N", "-p", "debug", "-o", "%N %t %E").stdout,
+    ]
+    lines += ["$ squeue -o '%i %T %r %N'", c.run("squeue", "-o", "%i %T %r %N").stdout]
+    c.record("power-down-reason-settled.json", c.nodes_json())
+    c.record("power-down-reason.txt", "\n".join(lines))
+
+
+def requeue_on_resume_failure(c: Cluster) -> None:
+    """Does this slurmctld know ``SchedulerParameters=requeue_on_resume_failure``? Restart it with
+    the setting and keep what ``scontrol show config`` and its log say (requeue-on-resume.txt)."""
+    log = c.host_dir / "log" / "slurmctld.log"
+    offset = log.stat().st_size if log.exists() else 0
+    with c.conf_path().open("a") as conf:
+        conf.write("SchedulerParameters=requeue_on_resume_failure\n")
+    c.start_daemons()
+    shown = c.run("scontrol", "show", "config").stdout
+    lines = [line for line in shown.splitlines() if line.startswith("SchedulerParameters")]
+    with log.open() as f:
+        f.seek(offset)
+        lines += [
+            line.rstrip()
+            for line in f
+            if "SchedulerParameters" in line or "requeue_on_resume" in line or "rror" in line
+        ]
+    c.stop()
+    c.record("requeue-on-resume.txt", "\n".join(lines) + "\n")
+
+
+#: What --job-start calls right after a node registered, to see if the job starts sooner.
+NUDGES: dict[str, tuple[str, ...]] = {
+    "nothing": (),
+    "reconfigure": ("scontrol", "reconfigure"),
+    "state=resume": ("scontrol", "update", "nodename={node}", "state=resume"),
+    "wait_job": ("scontrol", "wait_job", "{job}"),
+}
+#: Seconds between "alloc#" and slurmd's start for the staggered runs. Runs back to back start
+#: a few seconds after slurmctld's 30 s periodic check (the previous job started at one), so
+#: they all wait nearly the whole period; a delay moves registration across the period.
+STAGGER = (8, 16, 24)
+#: One fresh idle~ node a run; the ports of more than 15 reach the next series' base port.
+MAX_NODES = 15
+
+
+def log_time(line: str) -> float:
+    """Seconds since the epoch of a slurmctld log line (``[2026-12-03T13:48:52.586] ...``)."""
+    stamp = line[1 : line.index("]")]
+    return time.mktime(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) + float(stamp[19:] or 0)
+
+
+def wait_log(c: Cluster, needles: Sequence[str], timeout_s: float = 90) -> float:
+    """When slurmctld logged a line containing one of ``needles`` (its own stamp, ms)."""
+    log = c.host_dir / "log" / "slurmctld.log"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for line in log.read_text(errors="replace").splitlines():
+            if any(needle in line for needle in needles):
+                return log_time(line)
+        time.sleep(0.05)
+    raise SystemExit(f"slurmctld never logged {needles!r}")
+
+
+def timed_start(c: Cluster, node: str, nudge: tuple[str, ...] = (), delay_s: float = 0) -> float:
+    """Seconds from slurmctld's "Node X now responding" to its "Configuration for JobId=N
+    (is) complete" for a job that waited on the powering-up node (both slurmctld's stamps)."""
+    job = c.run("sbatch", "--parsable", "-w", node, "--wrap", "sleep 300").stdout.strip()
+    wait_for(c, node, ["alloc#"])
+    time.sleep(1 + delay_s)  # ResumeProgram has run: the pod would be starting now
+    c.start_slurmd(node)
+    registered = wait_log(c, [f"Node {node} now responding"])
+    if nudge:
+        cmd = [a.format(node=node, job=job) for a in nudge]
+        done = c.run(*cmd, check=False)
+        print(f"  {' '.join(cmd)} -> rc={done.returncode} {done.stderr.strip()}")
+    # job_time_limit logs "... complete", prolog_running_decr "... is complete".
+    started = wait_log(c, [f"Configuration for JobId={job} complete", f"JobId={job} is complete"])
+    print(f"  {node} job {job}: {started - registered:.2f} s")
+    return started - registered
+
+
+def job_start(c: Cluster, runs: int) -> list[str]:
+    """Registration -> job start: ``runs`` runs per nudge (back to back), then the staggered
+    runs; with a PrologSlurmctld cluster, ``runs`` runs staggered. Returns the table lines."""
+    nodes = iter(c.nodes)
+    lines = []
+    if c.prolog:
+        waits = [
+            timed_start(c, next(nodes), delay_s=STAGGER[i % len(STAGGER)]) for i in range(runs)
+        ]
+        return [f"{'PrologSlurmctld':>24}: " + ", ".join(f"{w:.2f}" for w in waits)]
+    for nudge, template in NUDGES.items():
+        waits = [timed_start(c, next(nodes), template) for _ in range(runs)]
+        lines.append(f"{nudge:>24}: " + ", ".join(f"{w:.2f}" for w in waits))
+    waits = [timed_start(c, next(nodes), delay_s=delay) for delay in STAGGER]
+    label = "nothing, " + "/".join(map(str, STAGGER)) + " s later"
+    lines.append(f"{label:>24}: " + ", ".join(f"{w:.2f}" for w in waits))
+    return lines
+
+
+def ensure_rootfs(version: str) -> None:
+    """Create the cached root with that Slurm series (separate apt sources: the root's own)."""
+    root = rootfs(version)
+    if (root / "usr/sbin/slurmctld").exists():
         return
-    partial = ROOTFS.with_name(ROOTFS.name + ".partial")
+    partial = root.with_name(root.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["debootstrap", "--variant=minbase", "trixie", str(partial), MIRROR], check=True)
+    suite = SUITES[version][0]
+    subprocess.run(["debootstrap", "--variant=minbase", suite, str(partial), MIRROR], check=True)
     policy = partial / "usr/sbin/policy-rc.d"  # never start services inside the root
     policy.write_text("#!/bin/sh\nexit 101\n")
     policy.chmod(0o755)
     install = (
-        "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "
+        # The mirror here may serve a sid snapshot whose Release has expired (seen: 27 days);
+        # apt refuses it unless told the date does not matter.
+        "apt-get -o Acquire::Check-Valid-Until=false update && "
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y "
         "--no-install-recommends slurmctld slurmd slurm-client && apt-get clean"
     )
     subprocess.run(["chroot", str(partial), "sh", "-c", install], check=True)
-    partial.rename(ROOTFS)
+    # A suite moves on (sid especially): refuse a root that does not carry the series named.
+    shown = subprocess.run(
+        ["chroot", str(partial), "slurmctld", "-V"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    if len(shown) != 2 or not shown[1].startswith(version + "."):
+        raise SystemExit(f"{suite} carries {' '.join(shown)!r}, not Slurm {version}")
+    partial.rename(root)
 
 
 def record_version(version: str, out: Path, keep: bool) -> None:
-    if version == "24.11":
-        ensure_rootfs()
+    if version in SUITES:
+        ensure_rootfs(version)
     c = Cluster(version, out)
-    print(f"Slurm {version}: work dir {c.host_dir}")
+    with running(c, keep):
+        scenario(c)
+        requeue_on_resume_failure(c)
+
+
+def record_job_start(version: str, out: Path, keep: bool, runs: int) -> None:
+    """job-start.txt: a cluster for the nudges, then one with a waiting PrologSlurmctld."""
+    if version in SUITES:
+        ensure_rootfs(version)
+    lines = [
+        f"Slurm {version}: seconds from 'Node X now responding' to 'Configuration ... complete'"
+    ]
+    nodes = len(NUDGES) * runs + len(STAGGER)
+    if nodes > MAX_NODES:
+        raise SystemExit(f"--job-start {runs} needs {nodes} nodes, more than {MAX_NODES}")
+    c = Cluster(version, out, nodes=nodes)
+    with running(c, keep, "-nudges"):
+        lines += job_start(c, runs)
+    c = Cluster(version, out, nodes=max(runs, 3), prolog=True)  # 3: partition k8s is cloud[1-3]
+    with running(c, keep, "-prolog"):
+        lines += job_start(c, runs)
+    c.record("job-start.txt", "\n".join(lines) + "\n")
+
+
+@contextlib.contextmanager
+def running(c: Cluster, keep: bool, kept_suffix: str = "") -> Iterator[None]:
+    """The cluster's daemons for the block; all stopped (by PID) after it."""
+    print(f"Slurm {c.version}: work dir {c.host_dir}")
     c.write_config()
     try:
         c.start_daemons()
-        scenario(c)
+        yield
     finally:
         c.stop()
         if keep:
-            print(f"  kept {c.host_dir}")
+            kept = c.host_dir.with_name(c.host_dir.name + kept_suffix)
+            if kept != c.host_dir:
+                shutil.rmtree(kept, ignore_errors=True)
+                c.host_dir.rename(kept)
+            print(f"  kept {kept}")
         else:
             shutil.rmtree(c.host_dir, ignore_errors=True)
-            if not c.legacy:
-                # The shared /run of the chroot holds slurmctld's sack socket.
-                with contextlib.suppress(FileNotFoundError):
-                    (ROOTFS / "run/slurm/sack.socket").unlink()
+        if c.root:
+            # The shared /run of the chroot holds slurmctld's sack socket.
+            with contextlib.suppress(FileNotFoundError):
+                (c.root / "run/slurm/sack.socket").unlink()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--version", choices=["22.05", "24.11", "all"], default="all")
+    parser.add_argument("--version", choices=[*VERSIONS, "all"], default="all")
     parser.add_argument("--out", type=Path, default=HERE)
     parser.add_argument("--keep", action="store_true", help="keep the work dir and logs")
+    parser.add_argument(
+        "--job-start",
+        type=int,
+        default=0,
+        metavar="RUNS",
+        help="instead of the scenario: time registration -> job start, RUNS times per nudge",
+    )
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root: it starts slurmctld/slurmd and uses chroot/unshare")
-    versions = ["22.05", "24.11"] if args.version == "all" else [args.version]
+    versions = list(VERSIONS) if args.version == "all" else [args.version]
     for version in versions:
-        record_version(version, args.out.resolve(), args.keep)
+        if args.job_start:
+            record_job_start(version, args.out.resolve(), args.keep, args.job_start)
+        else:
+            record_version(version, args.out.resolve(), args.keep)
 
 
 if __name__ == "__main__":
