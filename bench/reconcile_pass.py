@@ -355,8 +355,9 @@ def growth_lines(rows: Sequence[Row]) -> list[tuple[str, str, str, str]]:
 
 NOTE = (
     "reconcile: bridge = SlurmCli running a stub scontrol/sinfo that prints recorded-shape JSON "
-    "(20 % of the nodes up), pods from memory (the informer is not built yet); baseline = the "
-    "same pass with Slurm's output read as text and json.loads (the read before issue 11); "
+    "(20 % of the nodes up), pods from memory (as the bridge's watch-fed cache holds them); "
+    "baseline = the same pass with Slurm's output read as text and json.loads (the read before "
+    "issue 11); "
     "CPU = median time.process_time of a pass; RSS = VmHWM of a child per size"
 )
 
