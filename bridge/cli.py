@@ -1,7 +1,8 @@
 """``slurm-k8s-bridge``: the bridge's one command line (serve, the hook calls, status, tools).
 
-The parser and the small commands are here; the commands that call a running bridge are in
-:mod:`bridge.cli_calls`, ``render-slurm-conf`` is in :mod:`bridge.cli_slurm_conf`.
+The parser and the small commands are here; the hook calls to a running bridge are in
+:mod:`bridge.cli_calls`, ``status`` is in :mod:`bridge.cli_status`, ``render-slurm-conf`` is in
+:mod:`bridge.cli_slurm_conf`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from bridge import cli_calls, cli_slurm_conf
+from bridge import cli_calls, cli_slurm_conf, cli_status
 from bridge.domain.hostlist import expand
 from bridge.errors import BridgeError
 from bridge.settings import DEFAULT_CONFIG_PATH as DEFAULT_PATH
@@ -38,7 +39,7 @@ def cmd_hook(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    return cli_calls.show_status(_target(args), args)
+    return cli_status.show_status(_target(args), args)
 
 
 def cmd_render_slurm_conf(args: argparse.Namespace) -> int:
@@ -124,11 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         with_socket(p)
         p.set_defaults(func=cmd_hook)
 
-    p = sub.add_parser("status", help="Slurm state and pod state of each node, side by side")
-    p.add_argument("hostlist", nargs="?", help="only these nodes")
-    p.add_argument("-a", "--all", action="store_true", help="include idle~ nodes with no pod")
-    with_socket(p)
-    p.set_defaults(func=cmd_status)
+    cli_status.add_status_parser(sub).set_defaults(func=cmd_status)
 
     cli_slurm_conf.add_render_parser(sub).set_defaults(func=cmd_render_slurm_conf)
 

@@ -19,6 +19,15 @@ _SHORT_STATES = {
     "FUTURE": "futr",
     "UNKNOWN": "unk",
 }
+_LONG_STATES = {short: long for long, short in _SHORT_STATES.items()}
+#: sinfo's one-character power and health suffixes, as the flags they stand for.
+SUFFIX_FLAGS = {
+    "~": "POWERED_DOWN",
+    "#": "POWERING_UP",
+    "%": "POWERING_DOWN",
+    "!": "POWER_DOWN",
+    "*": "NOT_RESPONDING",
+}
 
 
 @dataclass(frozen=True)
@@ -107,6 +116,24 @@ class SlurmNode:
         elif "NOT_RESPONDING" in self.flags:
             suffix = "*"
         return short + suffix
+
+    @classmethod
+    def from_display_state(cls, name: str, display: str, reason: str = "") -> SlurmNode:
+        """The node a :attr:`display_state` stands for, as far as the compact form tells.
+
+        What ``status`` reads off the wire, so that it judges nodes with the same predicates as
+        the reconciler. Lossy where sinfo's form is: ``drain`` reads as IDLE+DRAIN (DOWN+DRAIN
+        prints the same), ``drng`` as ALLOCATED+DRAIN, and only the suffix's flag is set.
+        """
+        suffix = display[-1:] if display[-1:] in SUFFIX_FLAGS else ""
+        short = display[: len(display) - len(suffix)]
+        flags = {SUFFIX_FLAGS[suffix]} if suffix else set()
+        if short in ("drain", "drng"):
+            flags.add("DRAIN")
+            state = "ALLOCATED" if short == "drng" else "IDLE"
+        else:
+            state = _LONG_STATES.get(short, short.upper())
+        return cls(name, state, frozenset(flags), reason)
 
 
 def our_reason(kind: str, message: str) -> str:

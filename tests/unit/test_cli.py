@@ -10,7 +10,7 @@ import pytest
 
 from bridge.api import build_server
 from bridge.cli import build_parser, main
-from bridge.cli_calls import format_status
+from bridge.cli_status import format_status
 from bridge.domain.results import NodeStatus
 from tests.unit.fakes import MINIMAL_CONFIG
 from tests.unit.test_api import FakeUseCases

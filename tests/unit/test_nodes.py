@@ -54,6 +54,60 @@ def test_predicates_and_display_state(
     ) == tuple(bool(p) for p in predicates)
 
 
+# What ``status`` reads back off the wire: the same display and the same predicates, except
+# where sinfo's compact form is lossy (DOWN+DRAIN prints as ``drain``, read back as IDLE+DRAIN).
+@pytest.mark.parametrize(
+    "display",
+    [
+        "idle~",
+        "alloc~",
+        "alloc#",
+        "idle#",
+        "idle%",
+        "alloc!",
+        "down~",
+        "down#",
+        "down",
+        "down*",
+        "drain",
+        "drain~",
+        "drng",
+        "mix",
+        "alloc",
+        "idle",
+        "idle*",
+        "comp",
+        "futr",
+        "unk",
+    ],
+)
+def test_from_display_state_reads_display_state_back(display: str) -> None:
+    node = SlurmNode.from_display_state("cpu-0", display, "k8s: x")
+    assert node.display_state == display
+    assert node.name == "cpu-0"
+    assert node.has_our_reason
+    suffix_flags = {"~": "POWERED_DOWN", "#": "POWERING_UP", "%": "POWERING_DOWN"}
+    for suffix, flag in suffix_flags.items():
+        assert (flag in node.flags) is display.endswith(suffix)
+
+
+@pytest.mark.parametrize(
+    ("display", "state", "flags"),
+    [
+        ("alloc#", "ALLOCATED", {"POWERING_UP"}),
+        ("down~", "DOWN", {"POWERED_DOWN"}),
+        ("drng", "ALLOCATED", {"DRAIN"}),
+        ("drain~", "IDLE", {"DRAIN", "POWERED_DOWN"}),
+        ("comp", "COMPLETING", set()),
+        ("allocated", "ALLOCATED", set()),  # the long name reads too (``--state allocated``)
+        ("", "", set()),  # Slurm does not know the node
+    ],
+)
+def test_from_display_state_fields(display: str, state: str, flags: set[str]) -> None:
+    node = SlurmNode.from_display_state("cpu-0", display)
+    assert (node.state, set(node.flags)) == (state, flags)
+
+
 @pytest.mark.parametrize(
     ("reason", "ours"),
     [
