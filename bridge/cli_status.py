@@ -1,5 +1,6 @@
 """``slurm-k8s-bridge status``: Slurm's and Kubernetes' views of each node, filtered, watched or
-as JSON, with an exit status that says whether a node is stuck (see :mod:`bridge.domain.stuck`).
+as JSON, with an exit status that says whether a node is stuck (see :mod:`bridge.domain.stuck`). The
+report itself (table, summary, JSON) is :mod:`bridge.status_report`.
 
 The loop takes its clock, its sleep and its fetch as arguments, so that tests drive it without a
 bridge or a terminal.
@@ -8,20 +9,18 @@ bridge or a terminal.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
 from bridge.domain.hostlist import expand
 from bridge.domain.nodes import SUFFIX_FLAGS, SlurmNode
 from bridge.domain.results import NodeStatus
-from bridge.domain.stuck import DEFAULT_AFTER, POD_PHASES, Sighting, Stuck, find_stuck, track
+from bridge.domain.stuck import DEFAULT_AFTER, POD_PHASES, Sighting, track
 from bridge.errors import BridgeError, InvalidInput
+from bridge.status_report import StatusOptions, iso_utc, render
 
 EXIT_OK, EXIT_STUCK, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
@@ -56,20 +55,6 @@ _BASE_STATES = frozenset(
     {"IDLE", "ALLOCATED", "MIXED", "COMPLETING", "DOWN", "FUTURE", "UNKNOWN", "ERROR"}
 )
 _FLAG_WORDS = frozenset({*SUFFIX_FLAGS.values(), "DRAIN"})
-# The summary's words, in the order they are listed (busiest first, trouble last).
-_SUMMARY_ORDER = (
-    "allocated",
-    "mixed",
-    "completing",
-    "idle",
-    "powering up",
-    "powering down",
-    "powered down",
-    "draining",
-    "drained",
-    "down",
-    "not in Slurm",
-)
 
 
 def add_status_parser(sub: Any) -> argparse.ArgumentParser:
@@ -146,23 +131,6 @@ def _positive(text: str) -> float:
 # --- Options and filters -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class StatusOptions:
-    """What ``status`` was asked for, checked (states) and expanded (hostlists)."""
-
-    pools: frozenset[str] = frozenset()
-    states: tuple[str, ...] = ()
-    #: None: every node.
-    nodes: frozenset[str] | None = None
-    hostlists: tuple[str, ...] = ()
-    all: bool = False
-    json: bool = False
-    quiet: bool = False
-    stuck_after: timedelta = DEFAULT_AFTER
-    #: Seconds between redraws; None: once.
-    watch: float | None = None
-
-
 def options_from_args(args: argparse.Namespace) -> StatusOptions:
     """Check and expand the command line; :class:`InvalidInput` names what is wrong."""
     hostlists = tuple(h for h in ([args.hostlist] if args.hostlist else []) + args.node if h)
@@ -234,158 +202,6 @@ def select(rows: Sequence[NodeStatus], opts: StatusOptions) -> list[NodeStatus]:
     ]
 
 
-# --- Rendering ---------------------------------------------------------------------------------
-
-
-def _age_seconds(since: datetime | None, now: datetime) -> int | None:
-    return None if since is None else max(0, int((now - since).total_seconds()))
-
-
-def _age(since: datetime | None, now: datetime) -> str:
-    seconds = _age_seconds(since, now)
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    return f"{seconds // 3600}h"
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def format_status(rows: Sequence[NodeStatus], now: datetime | None = None) -> str:
-    """The ``status`` table: Slurm's and Kubernetes' views of each node side by side."""
-    now = now or datetime.now(UTC)
-    header = ("NODE", "POOL", "SLURM", "POD", "POD IP", "AGE", "REASON")
-    table = [header] + [
-        (
-            r.node,
-            r.pool,
-            r.slurm_state or "-",
-            r.pod_phase or "-",
-            r.pod_ip or "-",
-            _age(r.since, now),
-            r.reason or "",
-        )
-        for r in rows
-    ]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
-    # rstrip per line: an empty REASON must not leave trailing blanks (they break diffs and grep).
-    return "\n".join(
-        (
-            "  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True))
-            + "  "
-            + row[-1]
-        ).rstrip()
-        for row in table
-    )
-
-
-def state_word(row: NodeStatus) -> str:
-    """The summary's word for a node's Slurm state: what it is doing, trouble first."""
-    if not row.slurm_state:
-        return "not in Slurm"
-    node = SlurmNode.from_display_state(row.node, row.slurm_state)
-    if node.is_down:
-        return "down"
-    if node.is_drained:
-        return "draining" if node.is_busy else "drained"
-    if node.is_powered_down:
-        return "powered down"
-    if node.is_powering_up:
-        return "powering up"
-    if node.is_powering_down:
-        return "powering down"
-    return node.state.lower()
-
-
-def summary(rows: Iterable[NodeStatus]) -> dict[str, dict[str, int]]:
-    """Node counts by pool (sorted) and state word (in :data:`_SUMMARY_ORDER`)."""
-    counts: dict[str, Counter[str]] = {}
-    for r in rows:
-        counts.setdefault(r.pool, Counter())[state_word(r)] += 1
-    rank = {w: i for i, w in enumerate(_SUMMARY_ORDER)}
-    return {
-        pool: dict(sorted(c.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))
-        for pool, c in sorted(counts.items())
-    }
-
-
-def summary_lines(rows: Iterable[NodeStatus]) -> list[str]:
-    """One line per pool: ``cpu: 2 allocated, 6 powered down``."""
-    return [
-        f"{pool or '(no pool)'}: " + ", ".join(f"{n} {word}" for word, n in words.items())
-        for pool, words in summary(rows).items()
-    ]
-
-
-def stuck_line(stuck: Sequence[Stuck]) -> str:
-    """The last line: ``stuck: N node(s): a (why); b (why)`` or ``stuck: none``."""
-    if not stuck:
-        return "stuck: none"
-    return f"stuck: {len(stuck)} node(s): " + "; ".join(f"{s.node} ({s.why})" for s in stuck)
-
-
-def as_json(
-    rows: Sequence[NodeStatus], stuck: Sequence[Stuck], now: datetime, opts: StatusOptions
-) -> dict[str, Any]:
-    """The ``--json`` document; keys in a fixed order, absent values ``null``."""
-    return {
-        "time": _iso(now),
-        "stuck_after_s": int(opts.stuck_after.total_seconds()),
-        "nodes": [
-            {
-                "node": r.node,
-                "pool": r.pool or None,
-                "slurm_state": r.slurm_state or None,
-                "pod_phase": r.pod_phase or None,
-                "pod_ip": r.pod_ip or None,
-                "age_s": _age_seconds(r.since, now),
-                "since": _iso(r.since) if r.since else None,
-                "reason": r.reason or None,
-            }
-            for r in rows
-        ],
-        "summary": summary(rows),
-        "stuck": [{"node": s.node, "pool": s.pool or None, "why": s.why} for s in stuck],
-    }
-
-
-def render(
-    rows: Sequence[NodeStatus],
-    opts: StatusOptions,
-    now: datetime,
-    seen: Mapping[str, Sighting] | None = None,
-) -> tuple[str, list[Stuck]]:
-    """One frame of output for the selected ``rows`` and the stuck nodes among them."""
-    stuck = find_stuck(rows, now, opts.stuck_after, seen)
-    if opts.json:
-        indent = None if opts.watch is not None else 2  # watch: one document per line
-        return json.dumps(as_json(rows, stuck, now, opts), indent=indent), stuck
-    if opts.quiet:
-        return "\n".join(f"{s.node}  {s.why}" for s in stuck), stuck
-    stuck_nodes = {s.node for s in stuck}
-    if opts.all or opts.states:
-        shown = list(rows)
-    else:
-        # An idle~ node with no pod is the resting state of most nodes: only counted.
-        shown = [
-            r
-            for r in rows
-            if r.pod_phase or r.reason or not r.slurm_state.endswith("~") or r.node in stuck_nodes
-        ]
-    lines = [format_status(shown, now)]
-    hidden = len(rows) - len(shown)
-    if hidden:
-        lines.append(f"({hidden} more node(s) powered down with no pod; --all lists them)")
-    lines += summary_lines(rows)
-    lines.append(stuck_line(stuck))
-    return "\n".join(lines), stuck
-
-
 # --- Running -------------------------------------------------------------------------------------
 
 Fetch = Callable[[], Sequence[NodeStatus]]
@@ -436,9 +252,9 @@ def status_watch(
                 # Home and clear, as watch(1) does; only a terminal wants the escape codes.
                 out.write("\x1b[H\x1b[2J")
                 if not opts.json:
-                    out.write(f"every {interval:g}s  {_iso(now)}  (Ctrl-C to stop)\n\n")
+                    out.write(f"every {interval:g}s  {iso_utc(now)}  (Ctrl-C to stop)\n\n")
             elif not opts.json:
-                out.write(f"--- {_iso(now)} ---\n")
+                out.write(f"--- {iso_utc(now)} ---\n")
             try:
                 rows = fetch()
             except BridgeError as e:

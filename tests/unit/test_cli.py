@@ -10,8 +10,8 @@ import pytest
 
 from bridge.api import build_server
 from bridge.cli import build_parser, main
-from bridge.cli_status import format_status
 from bridge.domain.results import NodeStatus
+from bridge.status_report import format_status
 from tests.unit.fakes import MINIMAL_CONFIG
 from tests.unit.test_api import FakeUseCases
 

@@ -22,21 +22,18 @@ from bridge.cli_status import (
     EXIT_STUCK,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
-    StatusOptions,
-    as_json,
     known_state,
     options_from_args,
-    render,
     select,
     state_matches,
     status_once,
     status_watch,
-    summary_lines,
 )
 from bridge.client import BridgeUnreachable
 from bridge.domain.results import NodeStatus
 from bridge.domain.stuck import find_stuck
 from bridge.errors import InvalidInput
+from bridge.status_report import StatusOptions, as_json, render, summary_lines
 from tests.unit.test_api import FakeUseCases
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
