@@ -4,6 +4,12 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PG := PYTHONPATH=deploy/local $(PY) -m proving_ground
+# SLURM=24.11 or 26.05 (make up, demo, test): the proving ground's Slurm series; 22.05 (the
+# host's) when unset. The others run from a cached Debian root (deploy/local/proving_ground/
+# slurm_series.py).
+ifdef SLURM
+export SKB_SLURM := $(SLURM)
+endif
 PYTEST_ARGS ?=
 
 .PHONY: help deps venv build up down status lint typecheck proto test unit demo bench chaos clean image

@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "deploy" / "local"))
 
-from proving_ground import ground, layout  # noqa: E402
+from proving_ground import ground, layout, slurm  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -25,11 +25,20 @@ class ProvingGround:
 
     @property
     def env(self) -> dict[str, str]:
-        return {
+        env = {
             **os.environ,
             "SLURM_CONF": str(self.layout.slurm_conf),
             "KUBECONFIG": str(self.layout.kubeconfig),
         }
+        programs = slurm.ground_programs(self.layout)
+        if not programs.on_host:  # Slurm of another series: its clients first on PATH
+            env["PATH"] = f"{programs.bin_dir}:{env.get('PATH', '/usr/bin:/bin')}"
+        return env
+
+    @property
+    def series(self) -> str:
+        """The Slurm series the ground runs (``make up SLURM=...``)."""
+        return slurm.running_series(self.layout)
 
     def slurm(self, *argv: str, check: bool = True, timeout: float = 30) -> str:
         result = subprocess.run(
@@ -60,7 +69,8 @@ def proving_ground() -> Iterator[ProvingGround]:
     """Bring the proving ground up unless it runs already; take down only what we started."""
     where = layout.Layout.default()
     started_here = not ground.healthy(where)
-    if started_here:
+    wanted = os.environ.get("SKB_SLURM")  # `make test SLURM=24.11`
+    if started_here or (wanted and wanted != slurm.running_series(where)):
         ground.up(where)
     yield ProvingGround(where)
     if started_here and not os.environ.get("SKB_KEEP_PROVING_GROUND"):

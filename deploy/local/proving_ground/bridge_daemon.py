@@ -10,7 +10,7 @@ from pathlib import Path
 from . import kube
 from .layout import APISERVER_PORT, NAMESPACE, Layout
 from .processes import State, start_daemon, wait_until
-from .slurm import bridge_config_path
+from .slurm import bridge_config_path, ground_programs
 
 BRIDGE_SOCKET = "/run/slurm-k8s-bridge/bridge.sock"
 SHARED_DIR = Path("/var/lib/slurm-k8s-bridge/shared")
@@ -80,6 +80,8 @@ def bridge_env(layout: Layout) -> dict[str, str]:
         **os.environ,
         "SKB_KUBERNETES_KUBECONFIG": str(bridge_kubeconfig(layout)),
         "SKB_SLURM_CONF": str(layout.slurm_conf),
+        # The clients of the ground's series: the host's, or wrappers into its root.
+        "SKB_SLURM_BIN_DIR": str(ground_programs(layout).bin_dir),
         "SKB_BRIDGE_SOCKET": BRIDGE_SOCKET,
     }
 

@@ -10,8 +10,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import bridge_daemon, kube, network, pki, slurm
-from .layout import BRIDGE_NAME, HOST_IP, KWOK_NODES, MUNGE_SOCKET, REAL_NODE, Layout
+from . import bridge_daemon, kube, network, pki, slurm, slurm_series
+from .layout import BRIDGE_NAME, HOST_IP, KWOK_NODES, MUNGE_SOCKET, NAMESPACE, REAL_NODE, Layout
 from .processes import ProvingGroundError, State, run, stop_daemon
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def _netns() -> set[str]:
     return {p.name for p in root.glob("cni-*")} if root.exists() else set()
 
 
-def _write_env_file(layout: Layout) -> None:
+def _write_env_file(layout: Layout, series: str) -> None:
     layout.bin.mkdir(parents=True, exist_ok=True)
     for name in ("kubectl",):
         link = layout.bin / name
@@ -101,11 +101,13 @@ def _write_env_file(layout: Layout) -> None:
         link = layout.bin / name
         if not link.exists() and target.exists():
             link.symlink_to(target)
+    # Slurm of another series: its clients (wrappers into its root) before the host's.
+    slurm_path = "" if series == slurm_series.HOST_SERIES else f":{layout.slurm / 'bin'}"
     (layout.local / "env").write_text(
         f"# source me: the proving ground's Slurm and Kubernetes for this shell\n"
         f"export SLURM_CONF={layout.slurm_conf}\n"
         f"export KUBECONFIG={layout.kubeconfig}\n"
-        f"export PATH={layout.bin}:{layout.root / '.venv' / 'bin'}:$PATH\n"
+        f"export PATH={layout.bin}:{layout.root / '.venv' / 'bin'}{slurm_path}:$PATH\n"
     )
 
 
@@ -115,11 +117,32 @@ def healthy(layout: Layout) -> bool:
     return all(state.running(name) is not None for name in DAEMONS)
 
 
-def up(layout: Layout) -> None:
+def _leave_series(layout: Layout, state: State, series: str) -> None:
+    """Before Slurm ``series`` replaces the running one: stop the bridge and slurmctld and delete
+    the slurmd pods (of the old series, which the new slurmctld would refuse)."""
+    old = slurm.running_series(layout)
+    with Step(f"switching Slurm {old} -> {series}: bridge, slurmctld and slurmd pods stop"):
+        stop_daemon(state, "bridge")
+        stop_daemon(state, "slurmctld")
+        if state.running("kube-apiserver"):
+            from bridge.domain.pods import LABEL_MANAGED_BY, MANAGED_BY  # noqa: PLC0415
+
+            kube.kubectl(
+                layout, "-n", NAMESPACE, "delete", "pods", "-l", f"{LABEL_MANAGED_BY}={MANAGED_BY}",
+                "--grace-period=2", "--wait=true", "--timeout=90s", check=False, timeout_s=120,
+            )  # fmt: skip
+
+
+def up(layout: Layout, series: str | None = None) -> None:
+    """Start what is not running (idempotent) with Slurm ``series`` (default: ``SKB_SLURM``,
+    else the default series); a ground of another series switches its Slurm side."""
     started = time.monotonic()
     check_prerequisites()
     layout.local.mkdir(parents=True, exist_ok=True)
     state = State(layout)
+    series = series or slurm_series.series_from_env()
+    if slurm.switching_series(state, series) and state.running("slurmctld"):
+        _leave_series(layout, state, series)
     if "netns_before" not in state.data:
         state.data["netns_before"] = sorted(_netns())
         state.save()
@@ -128,7 +151,7 @@ def up(layout: Layout) -> None:
     with Step("certificates and kubeconfigs"):
         pki.ensure_pki(layout.pki)
         kube.write_kubeconfigs(layout)
-        _write_env_file(layout)
+        _write_env_file(layout, series)
     with Step(f"pod network (bridge {HOST_IP})"):
         network.ensure_bridge(state)
         network.write_cni_config(layout.cni_conf_dir, layout.cni_ipam_dir)
@@ -137,12 +160,12 @@ def up(layout: Layout) -> None:
     with Step(f"cluster DNS: coredns on {HOST_IP}:53"):
         kube.start_coredns(layout, state)
     with Step(f"real node {REAL_NODE}: images, containerd, kubelet"):
-        kube.start_real_node(layout, state)
+        kube.start_real_node(layout, state, series)
         kube.start_kube_proxy(layout, state)
     with Step(f"simulated nodes: kwok x{len(KWOK_NODES)}"):
         kube.start_kwok(layout, state)
-    with Step("Slurm: munged, slurmctld"):
-        slurm.start_slurm(layout, state)
+    with Step(f"Slurm {series}: munged, slurmctld"):
+        slurm.start_slurm(layout, state, series)
     with Step("waiting for the real node to be Ready"):
         kube.wait_real_node(layout)
     with Step("the bridge: ServiceAccount, RBAC, munge Secret, slurm-k8s-bridge serve"):
@@ -167,6 +190,7 @@ def summary(layout: Layout) -> str:
             *rows,
             f"  kubeconfig:  {layout.kubeconfig}",
             f"  kubectl:     {layout.bin / 'kubectl'}",
+            f"  slurm:       {_series_line(layout)}",
             f"  slurm.conf:  {layout.slurm_conf}",
             f"  logs:        {layout.logs}",
             f"  bridge:      {bridge_daemon.BRIDGE_SOCKET} (log {layout.logs / 'bridge.log'})",
@@ -175,13 +199,24 @@ def summary(layout: Layout) -> str:
     )
 
 
+def _series_line(layout: Layout) -> str:
+    series = slurm.running_series(layout)
+    programs = slurm.ground_programs(layout)
+    where = (
+        "the host's" if programs.on_host else f"from {slurm_series.rootfs(layout.cache, series)}"
+    )
+    return f"{series} ({where}; clients in {programs.bin_dir})"
+
+
 def status(layout: Layout) -> int:
     print(summary(layout))
     state = State(layout)
     if state.running("kube-apiserver"):
         print(kube.kubectl(layout, "get", "nodes", "-o", "wide", check=False))
     if state.running("slurmctld"):
-        print(run(["/usr/bin/sinfo"], env=slurm.slurm_env(layout), check=False).stdout)
+        sinfo = slurm.ground_programs(layout).client("sinfo")
+        print(run([sinfo, "-V"], env=slurm.slurm_env(layout), check=False).stdout.strip())
+        print(run([sinfo], env=slurm.slurm_env(layout), check=False).stdout)
     return 0 if healthy(layout) else 1
 
 

@@ -27,6 +27,7 @@ import tarfile
 import tempfile
 import time
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -336,8 +337,15 @@ def _save(reference: str, out: Path) -> None:
     )
 
 
-def _build_slurmd_archive(layout: Layout, recipe: ImageRecipe, out: Path) -> None:
-    reference = build_slurmd_image(layout, GROUND_SLURM)
+def _slurmd_archive_builder(series: str) -> Callable[[Layout, ImageRecipe, Path], None]:
+    def build(layout: Layout, recipe: ImageRecipe, out: Path) -> None:
+        _build_slurmd_archive(layout, recipe, out, series)
+
+    return build
+
+
+def _build_slurmd_archive(layout: Layout, recipe: ImageRecipe, out: Path, series: str) -> None:
+    reference = build_slurmd_image(layout, series)
     if reference != recipe.reference():
         raise ProvingGroundError(f"built {reference}, expected {recipe.reference()}")
     _save(reference, out)
@@ -351,15 +359,17 @@ def _build_pause_archive(layout: Layout, recipe: ImageRecipe, out: Path) -> None
         _write_docker_archive(layer, [recipe.reference()], config, out)
 
 
-def ensure_archives(layout: Layout) -> dict[str, Path]:
-    """Build the image archives that are missing from the cache; return reference → archive."""
+def ensure_archives(layout: Layout, series: str = GROUND_SLURM) -> dict[str, Path]:
+    """Build the image archives that are missing from the cache (slurmd of ``series``, pause);
+    return reference → archive. One slurmd archive per series is kept, so switching the
+    ground's series back and forth rebuilds nothing."""
     layout.images.mkdir(parents=True, exist_ok=True)
     result: dict[str, Path] = {}
-    for recipe, builder in (
-        (slurmd_recipe(GROUND_SLURM), _build_slurmd_archive),
-        (pause_recipe(), _build_pause_archive),
-    ):
-        prefix = recipe.name.rsplit("/", 1)[1]
+    recipes: tuple[tuple[ImageRecipe, str, Callable[[Layout, ImageRecipe, Path], None]], ...] = (
+        (slurmd_recipe(series), f"slurmd-{series}", _slurmd_archive_builder(series)),
+        (pause_recipe(), "pause", _build_pause_archive),
+    )
+    for recipe, prefix, builder in recipes:
         archive = layout.images / f"{prefix}-{recipe.digest()}.tar"
         if not archive.exists():
             log.info("building image %s", recipe.reference())
@@ -373,13 +383,13 @@ def ensure_archives(layout: Layout) -> dict[str, Path]:
     return result
 
 
-def import_images(layout: Layout, ctr: list[str]) -> None:
+def import_images(layout: Layout, ctr: list[str], series: str = GROUND_SLURM) -> None:
     """Import each archive into containerd's k8s.io namespace unless it is there already, and
     point ``slurmd:dev`` (what the ground's bridge config names) and the release tag (what the
-    in-cluster overlay names) at the current slurmd build."""
+    in-cluster overlay names) at the slurmd build of ``series``."""
     listed = run([*ctr, "-n", "k8s.io", "images", "ls", "-q"]).stdout.split()
     slurmd = ""
-    for reference, archive in ensure_archives(layout).items():
+    for reference, archive in ensure_archives(layout, series).items():
         if reference.startswith(f"{SLURMD_IMAGE}:"):
             slurmd = reference
         if reference in listed:
@@ -392,11 +402,15 @@ def import_images(layout: Layout, ctr: list[str]) -> None:
             raise ProvingGroundError(f"ctr import {archive} failed: {result.stderr.strip()}")
     run([*ctr, "-n", "k8s.io", "images", "tag", "--force", slurmd, SLURMD_IMAGE_DEV])
     # And the release tag `make image` gives (<series>-<version>), which deployments name.
-    run([*ctr, "-n", "k8s.io", "images", "tag", "--force", slurmd, slurmd_release_reference()])
+    run(
+        [*ctr, "-n", "k8s.io", "images", "tag", "--force", slurmd, slurmd_release_reference(series)]
+    )
+    # The current build of every series stays: switching series then imports nothing.
+    current = {slurmd_recipe(s).reference() for s in SLURM_SUITES}
     stale = [
         ref
         for ref in listed
-        if re.fullmatch(re.escape(SLURMD_IMAGE) + r":[0-9a-f]{12}", ref) and ref != slurmd
+        if re.fullmatch(re.escape(SLURMD_IMAGE) + r":[0-9a-f]{12}", ref) and ref not in current
     ]
     if stale:
         # Each build is ~150 MB; running containers keep their snapshots regardless.

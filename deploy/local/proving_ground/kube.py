@@ -272,10 +272,11 @@ def start_coredns(layout: Layout, state: State) -> None:
     wait_until("coredns", _dns_answers, timeout_s=30, log_path=layout.logs / "coredns.log")
 
 
-def start_real_node(layout: Layout, state: State) -> None:
-    """containerd + kubelet; images are imported before the kubelet starts."""
+def start_real_node(layout: Layout, state: State, series: str) -> None:
+    """containerd + kubelet; images (slurmd of Slurm ``series``) are imported before the kubelet
+    starts."""
     layout.containerd_state.mkdir(parents=True, exist_ok=True)
-    archives = images.ensure_archives(layout)
+    archives = images.ensure_archives(layout, series)
     pause = next(ref for ref in archives if ref.startswith(images.PAUSE_IMAGE))
     config = layout.local / "containerd.toml"
     config.write_text(_containerd_config(layout, pause))
@@ -287,7 +288,7 @@ def start_real_node(layout: Layout, state: State) -> None:
         timeout_s=30,
         log_path=layout.logs / "containerd.log",
     )
-    images.import_images(layout, ctr)
+    images.import_images(layout, ctr, series)
     bridge_image.import_bridge_image(layout, ctr)
     kubelet_config = layout.local / "kubelet.json"
     kubelet_config.write_text(_kubelet_config(layout))

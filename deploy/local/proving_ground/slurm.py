@@ -6,12 +6,14 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import shutil
 import socket
 from pathlib import Path
 from typing import Any
 
+from . import slurm_series
 from .layout import HOST_IP, MUNGE_SOCKET, SLURMCTLD_PORT, Layout
-from .processes import State, run, start_daemon, stop_daemon, wait_until
+from .processes import ProvingGroundError, State, run, start_daemon, stop_daemon, wait_until
 
 log = logging.getLogger(__name__)
 
@@ -19,25 +21,31 @@ log = logging.getLogger(__name__)
 #: ResumeTimeout shows that failures are reported by the bridge, not by Slurm's timeout.
 SUSPEND_TIME, SUSPEND_TIMEOUT, RESUME_TIMEOUT = 20, 10, 180
 SLURMD_TIMEOUT = 30
-#: How the ground (and any whole 22.05 cluster of our own, e.g. bench/chaos.py) asks the
-#: renderer for what a site's Include must not impose: PrivateData=cloud (22.05 hides CLOUD
-#: nodes without it), power saving timed globally too, config_overrides (slurmd in a pod sees the
-#: host's hardware), TreeWidth, rates, ReturnToService; power_save_interval=5 and
-#: power_save_min_interval=0 make slurmctld react within seconds, not a minute.
-RENDER_OPTIONS: dict[str, Any] = {
-    "slurm_version": "22.05",
-    "site_slurmctld_parameters": ("power_save_interval=5", "power_save_min_interval=0"),
-    "suspend_time": SUSPEND_TIME,
-    "suspend_timeout": SUSPEND_TIMEOUT,
-    "resume_timeout": RESUME_TIMEOUT,
-    "global_timeouts": True,
-    "resume_rate": 0,
-    "suspend_rate": 0,
-    "config_overrides": True,
-    "private_data_cloud": True,
-    "tree_width": 65533,
-    "return_to_service": 2,
-}
+
+
+# How the ground (and any whole 22.05 cluster of our own, e.g. bench/chaos.py) asks the
+# renderer for what a site's Include must not impose: PrivateData=cloud (22.05 hides CLOUD
+# nodes without it), power saving timed globally too, config_overrides (slurmd in a pod sees the
+# host's hardware), TreeWidth, rates, ReturnToService; power_save_interval=5 and
+# power_save_min_interval=0 make slurmctld react within seconds, not a minute.
+def render_options(series: str) -> dict[str, Any]:
+    """The renderer's options for a ground of Slurm ``series`` (PrivateData=cloud: 22.05 only)."""
+    return {
+        "slurm_version": series,
+        "site_slurmctld_parameters": ("power_save_interval=5", "power_save_min_interval=0"),
+        "suspend_time": SUSPEND_TIME,
+        "suspend_timeout": SUSPEND_TIMEOUT,
+        "resume_timeout": RESUME_TIMEOUT,
+        "global_timeouts": True,
+        "resume_rate": 0,
+        "suspend_rate": 0,
+        "config_overrides": True,
+        "private_data_cloud": series == slurm_series.HOST_SERIES,
+        "tree_width": 65533,
+        "return_to_service": 2,
+    }
+
+
 STRAY_NODES = "stray-[0-1]"
 
 
@@ -80,7 +88,7 @@ def controller_lines(
     ]
 
 
-def render_slurm_conf(layout: Layout) -> str:
+def render_slurm_conf(layout: Layout, series: str = slurm_series.HOST_SERIES) -> str:
     """Site lines of our own, then the nodes, partitions and power saving the bridge renders
     from the same configuration it runs with (so the two cannot disagree)."""
     from bridge.config import load_config
@@ -110,7 +118,7 @@ def render_slurm_conf(layout: Layout) -> str:
         resume_fail_program=str(plugins / "resume_fail"),
         default_partition=next(iter(config.pools.partitions())),
         source=str(bridge_config_path(layout).relative_to(layout.root)),
-        **RENDER_OPTIONS,
+        **render_options(series),
     )
     return "\n".join(lines) + bridge_lines
 
@@ -164,7 +172,43 @@ def ensure_munge_key(layout: Layout) -> None:
         key.chmod(0o400)
 
 
-def start_slurm(layout: Layout, state: State) -> None:
+def _recorded_series(state: State) -> str:
+    return str(state.data.get("slurm_series", slurm_series.HOST_SERIES))
+
+
+def running_series(layout: Layout) -> str:
+    """The series the ground's slurmctld was last started with (the host's before any)."""
+    return _recorded_series(State(layout))
+
+
+def ground_programs(layout: Layout) -> slurm_series.SlurmPrograms:
+    """The running ground's Slurm programs (clients on the host, or wrappers into its root)."""
+    return slurm_series.programs(layout, running_series(layout))
+
+
+def switching_series(state: State, series: str) -> bool:
+    """Whether ``series`` differs from the one the ground last ran (slurmctld's state of one
+    series is not read by another, and the slurmd pods must be of the controller's series)."""
+    return _recorded_series(state) != series
+
+
+def start_slurm(layout: Layout, state: State, series: str | None = None) -> None:
+    """munged and slurmctld of Slurm ``series`` (default: the series the ground last ran)."""
+    series = series or _recorded_series(state)
+    if series != slurm_series.HOST_SERIES:
+        slurm_series.ensure_rootfs(layout.cache, series)
+        if not (layout.root / "slurm_plugins" / "bin" / "skb-hook").exists():
+            raise ProvingGroundError(
+                f"Slurm {series} runs inside its own root, which has no Python: its hooks need "
+                "the Go hook client (`make hook-client` builds slurm_plugins/bin/skb-hook)"
+            )
+    programs = slurm_series.programs(layout, series)
+    if switching_series(state, series):
+        stop_daemon(state, "slurmctld")
+        # Saved state of another series is refused (or misread): start from none.
+        shutil.rmtree(layout.slurm / "state", ignore_errors=True)
+        state.data["slurm_series"] = series
+        state.save()
     ensure_munge_key(layout)
     munge_dir = layout.local / "munge"
     os.makedirs(os.path.dirname(MUNGE_SOCKET), mode=0o755, exist_ok=True)
@@ -195,7 +239,7 @@ def start_slurm(layout: Layout, state: State) -> None:
 
     pools = load_config(str(bridge_config_path(layout))).pools
     ensure_hosts_entries([*pools.all_nodes(), *expand(STRAY_NODES)])
-    text = render_slurm_conf(layout)
+    text = render_slurm_conf(layout, series)
     if layout.slurm_conf.exists() and layout.slurm_conf.read_text() != text:
         # Power saving and node lines are read at start-up: restart rather than reconfigure.
         stop_daemon(state, "slurmctld")
@@ -204,13 +248,15 @@ def start_slurm(layout: Layout, state: State) -> None:
     start_daemon(
         state,
         "slurmctld",
-        ["/usr/sbin/slurmctld", "-D", "-f", str(layout.slurm_conf)],
+        [*programs.slurmctld, "-D", "-f", str(layout.slurm_conf)],
         log_dir=layout.logs,
         env=env,
     )
     wait_until(
         "slurmctld answering",
-        lambda: run(["/usr/bin/scontrol", "ping"], env=env, check=False).stdout.count("UP") > 0,
+        lambda: (
+            run([programs.client("scontrol"), "ping"], env=env, check=False).stdout.count("UP") > 0
+        ),
         timeout_s=60,
         log_path=layout.logs / "slurmctld.log",
     )

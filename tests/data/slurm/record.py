@@ -31,13 +31,15 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "deploy" / "local"))
+from proving_ground import slurm_series
+
 HERE = Path(__file__).resolve().parent
-CACHE = Path("/root/.cache/slurm-k8s-bridge")
+CACHE = Path("/root/.cache/slurm-k8s-bridge")  # the proving ground's cache (its Debian roots)
 #: Series recorded in a debootstrap root of the Debian suite that ships it: (suite, base port).
 #: 22.05 is the host's own (bookworm) and base port 16817.
 SUITES = {"24.11": ("trixie", 16837), "26.05": ("sid", 16857)}
 VERSIONS = ("22.05", *SUITES)
-MIRROR = "http://deb.debian.org/debian"
 NODES = [f"cloud{i}" for i in range(1, 9)]
 POWER_PARAMS = "idle_on_node_suspend,power_save_interval=5,power_save_min_interval=0"
 
@@ -126,7 +128,7 @@ class Cluster:
         self.legacy = version == "22.05"
         tag = version.replace(".", "")
         self.dir = Path(f"/tmp/slurmrec-{tag}")  # path as the daemons see it
-        self.root = None if self.legacy else rootfs(version)
+        self.root = None if self.legacy else slurm_series.rootfs(CACHE, version)
         self.host_dir = self.root / self.dir.relative_to("/") if self.root else self.dir
         self.base_port = 16817 if self.legacy else SUITES[version][1]
         self.conf = self.dir / "etc" / "slurm.conf"
@@ -411,11 +413,6 @@ def scenario(c: Cluster) -> None:
         c.record_error("scontrol-unreachable", "scontrol", "show", "nodes", "--json")  # fmt: skip
 
 
-def rootfs(version: str) -> Path:
-    """The cached root of the Debian suite that ships ``version``."""
-    return CACHE / f"rootfs-{SUITES[version][0]}-slurm"
-
-
 def resume_file_after(c: Cluster, calls_before: int, timeout_s: float = 30) -> str:
     """The resume file of the first ResumeProgram call after ``calls_before`` calls."""
     deadline = time.monotonic() + timeout_s
@@ -587,39 +584,9 @@ def job_start(c: Cluster, runs: int) -> list[str]:
     return lines
 
 
-def ensure_rootfs(version: str) -> None:
-    """Create the cached root with that Slurm series (separate apt sources: the root's own)."""
-    root = rootfs(version)
-    if (root / "usr/sbin/slurmctld").exists():
-        return
-    partial = root.with_name(root.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.parent.mkdir(parents=True, exist_ok=True)
-    suite = SUITES[version][0]
-    subprocess.run(["debootstrap", "--variant=minbase", suite, str(partial), MIRROR], check=True)
-    policy = partial / "usr/sbin/policy-rc.d"  # never start services inside the root
-    policy.write_text("#!/bin/sh\nexit 101\n")
-    policy.chmod(0o755)
-    install = (
-        # The mirror here may serve a sid snapshot whose Release has expired (seen: 27 days);
-        # apt refuses it unless told the date does not matter.
-        "apt-get -o Acquire::Check-Valid-Until=false update && "
-        "DEBIAN_FRONTEND=noninteractive apt-get install -y "
-        "--no-install-recommends slurmctld slurmd slurm-client && apt-get clean"
-    )
-    subprocess.run(["chroot", str(partial), "sh", "-c", install], check=True)
-    # A suite moves on (sid especially): refuse a root that does not carry the series named.
-    shown = subprocess.run(
-        ["chroot", str(partial), "slurmctld", "-V"], capture_output=True, text=True, check=True
-    ).stdout.split()
-    if len(shown) != 2 or not shown[1].startswith(version + "."):
-        raise SystemExit(f"{suite} carries {' '.join(shown)!r}, not Slurm {version}")
-    partial.rename(root)
-
-
 def record_version(version: str, out: Path, keep: bool) -> None:
     if version in SUITES:
-        ensure_rootfs(version)
+        slurm_series.ensure_rootfs(CACHE, version)
     c = Cluster(version, out)
     with running(c, keep):
         scenario(c)
@@ -629,7 +596,7 @@ def record_version(version: str, out: Path, keep: bool) -> None:
 def record_job_start(version: str, out: Path, keep: bool, runs: int) -> None:
     """job-start.txt: a cluster for the nudges, then one with a waiting PrologSlurmctld."""
     if version in SUITES:
-        ensure_rootfs(version)
+        slurm_series.ensure_rootfs(CACHE, version)
     lines = [
         f"Slurm {version}: seconds from 'Node X now responding' to 'Configuration ... complete'"
     ]
