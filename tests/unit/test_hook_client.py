@@ -128,7 +128,9 @@ class Site:
         scontrol.write_text("#!/bin/sh\n" + body.format(argv=self.scontrol_argv))
         scontrol.chmod(0o755)
 
-    def run(self, client: str, argv: list[str], env: dict[str, str]) -> Outcome:
+    def run(
+        self, client: str, argv: list[str], env: dict[str, str], *, stderr_closed: bool = False
+    ) -> Outcome:
         """Run ``client`` (go or python) as slurmctld would; what it left behind."""
         log = self.root / f"{client}.log"
         log.unlink(missing_ok=True)
@@ -147,6 +149,8 @@ class Site:
         else:
             cmd = [sys.executable, "-P", "-s", "-m", "bridge.hooks", *argv]
             full_env["PYTHONPATH"] = str(REPO)
+        if stderr_closed:  # slurmctld starts its programs with fd 2 closed
+            cmd = ["/bin/sh", "-c", '"$0" "$@" 2>&-', *cmd]
         done = subprocess.run(
             cmd,
             env=full_env,
@@ -202,7 +206,12 @@ def bridge(site: Site) -> Iterator[ScriptedBridge]:
 
 
 def _run_both(
-    site: Site, bridge: ScriptedBridge | None, argv: list[str], env: dict[str, str]
+    site: Site,
+    bridge: ScriptedBridge | None,
+    argv: list[str],
+    env: dict[str, str],
+    *,
+    stderr_closed: bool = False,
 ) -> tuple[Outcome, Outcome]:
     """Python then Go; asserts they received the same requests; returns both outcomes."""
     seen: dict[str, list[tuple[str, dict[str, object]]]] = {}
@@ -210,7 +219,7 @@ def _run_both(
     for client in ("python", "go"):
         if bridge is not None:
             bridge.requests.clear()
-        outcomes[client] = site.run(client, argv, env)
+        outcomes[client] = site.run(client, argv, env, stderr_closed=stderr_closed)
         if bridge is not None:
             seen[client] = list(bridge.requests)
     py, go = outcomes["python"], outcomes["go"]
@@ -402,6 +411,12 @@ def _bound_not_listening(path: Path) -> socket.socket:
     s = socket.socket(socket.AF_UNIX)
     s.bind(str(path))
     return s
+
+
+@pytest.mark.usefixtures("bridge")
+def test_stderr_closed_still_logs_to_the_file(site: Site) -> None:
+    _py, go = _run_both(site, None, ["suspend", "c1"], {}, stderr_closed=True)
+    assert go.status == 0 and go.stderr == "" and "result=ok" in go.log[0]
 
 
 def test_failing_scontrol_is_reported_alike(site: Site) -> None:
