@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -75,8 +76,12 @@ type rpcFailure struct {
 	code       codes.Code
 	message    string
 	fromBridge bool
-	dialErr    error
-	dialAddr   string
+	// served: the bridge sent HTTP/2 bytes on some connection of the attempt. The C core calls
+	// a connection made only once the server's SETTINGS arrive; before that, "failed to connect"
+	// (a refused socket, or a TLS 1.3 client certificate the bridge rejects after the handshake).
+	served   bool
+	dialErr  error
+	dialAddr string
 }
 
 // classify translates a failed attempt as bridge.client._error_from_rpc does.
@@ -93,9 +98,13 @@ func classify(f rpcFailure, target string, attempt int) *callError {
 	case f.code == codes.Unavailable && f.fromBridge:
 		return &callError{"TransientBackendError", details}
 	case f.code == codes.Unavailable || f.code == codes.DeadlineExceeded:
-		failedToConnect := f.code == codes.Unavailable &&
-			strings.HasPrefix(details, `connection error: desc = "transport: `)
+		failedToConnect := f.code == codes.Unavailable && !f.served
+		// grpc-go wraps transport failures as `connection error: desc = "…"`; like the Python
+		// client, keep the last nested error.
 		cause := details
+		if d, ok := strings.CutPrefix(cause, `connection error: desc = "`); ok {
+			cause = strings.TrimSuffix(d, `"`)
+		}
 		if i := strings.LastIndex(cause, "error: "); i >= 0 {
 			cause = cause[i+len("error: "):]
 		}
@@ -257,6 +266,8 @@ func attempt1(
 		mu.Unlock()
 		return conn, err
 	}
+	served := &atomic.Bool{}
+	creds = servedCreds{creds, served}
 	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds), grpc.WithContextDialer(dial))
 	if err != nil {
 		return nil, &rpcFailure{code: codes.Unavailable, message: err.Error()}
@@ -274,7 +285,38 @@ func attempt1(
 	mu.Lock()
 	defer mu.Unlock()
 	return nil, &rpcFailure{code: st.Code(), message: st.Message(), fromBridge: fromBridge,
-		dialErr: dialErr, dialAddr: dialAddr}
+		served: served.Load(), dialErr: dialErr, dialAddr: dialAddr}
+}
+
+// servedCreds notes in served when the bridge sends anything after the (TLS) handshake.
+type servedCreds struct {
+	credentials.TransportCredentials
+	served *atomic.Bool
+}
+
+func (c servedCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, raw)
+	if err != nil {
+		return conn, info, err
+	}
+	return servedConn{conn, c.served}, info, nil
+}
+
+func (c servedCreds) Clone() credentials.TransportCredentials {
+	return servedCreds{c.TransportCredentials.Clone(), c.served}
+}
+
+type servedConn struct {
+	net.Conn
+	served *atomic.Bool
+}
+
+func (c servedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.served.Store(true)
+	}
+	return n, err
 }
 
 // unixPath is the socket path of `unix:/path`, `unix:///path` or `unix:relative`.
