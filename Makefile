@@ -58,8 +58,11 @@ lint: venv ## ruff, mypy --strict and the import contracts (pyproject's [tool.im
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-proto: venv ## regenerate bridge/_proto from proto/
+proto: venv ## regenerate bridge/_proto (and the Go hook client's internal/bridgepb) from proto/
 	$(PY) scripts/generate_proto.py
+	@if PATH="$$HOME/go/bin:$$PATH" command -v protoc-gen-go-grpc >/dev/null; then \
+		PATH="$$HOME/go/bin:$$PATH" slurm_plugins/hookclient/generate.sh; \
+	else echo "make proto: protoc-gen-go(-grpc) not installed: Go code left alone (see slurm_plugins/hookclient/generate.sh)"; fi
 
 unit: venv hook-client ## the pure unit tests only (no daemons)
 	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)

@@ -599,3 +599,28 @@ def test_mtls_refusals_agree(
     if result == "BridgeFailed":
         assert runs["go"].normalized() == runs["python"].normalized()
     assert bridge.requests == []
+
+
+def test_go_generated_code_is_fresh(tmp_path: Path) -> None:
+    """The committed internal/bridgepb is what generate.sh makes of proto/ today."""
+    gobin = Path.home() / "go" / "bin"
+    search = os.pathsep.join([str(gobin), os.environ.get("PATH", "")])
+    missing = [
+        p for p in ("protoc-gen-go", "protoc-gen-go-grpc") if not shutil.which(p, path=search)
+    ]
+    if missing:
+        pytest.skip(
+            f"{', '.join(missing)} not installed (see slurm_plugins/hookclient/generate.sh)"
+        )
+    env = {**os.environ, "PATH": search, "SKB_PROTOC_PYTHON": sys.executable}
+    subprocess.run(
+        [str(HOOKCLIENT / "generate.sh"), str(tmp_path)], env=env, check=True, timeout=120
+    )
+    committed = HOOKCLIENT / "internal" / "bridgepb"
+    fresh = tmp_path / "internal" / "bridgepb"
+    names = sorted(p.name for p in committed.glob("*.go"))
+    assert names == sorted(p.name for p in fresh.glob("*.go"))
+    for name in names:
+        assert (fresh / name).read_text() == (committed / name).read_text(), (
+            f"{name} is stale: run slurm_plugins/hookclient/generate.sh"
+        )
