@@ -12,7 +12,7 @@ export SKB_SLURM := $(SLURM)
 endif
 PYTEST_ARGS ?=
 
-.PHONY: help deps venv build up down status lint typecheck proto test unit demo bench chaos clean image
+.PHONY: help deps venv hook-client build up down status lint typecheck proto test unit demo bench chaos clean image
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -27,10 +27,29 @@ $(VENV)/.stamp: pyproject.toml
 
 venv: $(VENV)/.stamp ## the project's virtualenv (.venv) with the package installed
 
+# The hooks' static Go client (slurm_plugins/hookclient); hook.sh execs it when built and falls
+# back to Python without it. Go is not a Debian package here: the proving ground's own builds
+# (deploy/local/build-kubernetes.sh) need the same toolchain.
+GO ?= $(or $(shell command -v go 2>/dev/null),$(wildcard /usr/local/go/bin/go))
+HOOK_BIN := slurm_plugins/bin/skb-hook
+HOOK_SRC := $(wildcard slurm_plugins/hookclient/*.go slurm_plugins/hookclient/internal/bridgepb/*.go) \
+	slurm_plugins/hookclient/go.mod slurm_plugins/hookclient/go.sum
+
+$(HOOK_BIN): $(HOOK_SRC)
+	@if [ -z "$(GO)" ]; then \
+		echo "make hook-client: no Go toolchain (neither go on PATH nor /usr/local/go/bin/go):" \
+			"install Go >= 1.26 (https://go.dev/dl, into /usr/local/go) or pass GO=/path/to/go." \
+			"Without it the hooks run Python (slower start-up)." >&2; exit 1; fi
+	@echo "hook-client: go build $@"
+	@mkdir -p $(@D) && cd slurm_plugins/hookclient && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=readonly \
+		$(GO) build -trimpath -ldflags='-s -w' -o ../bin/skb-hook.partial . && mv ../bin/skb-hook.partial ../bin/skb-hook
+
+hook-client: $(HOOK_BIN) ## the hooks' static Go client, slurm_plugins/bin/skb-hook (rebuilt when its sources change)
+
 build: ## build Kubernetes, etcd, kwok, kustomize, crictl into the cache (once)
 	@deploy/local/build-kubernetes.sh
 
-up: deps venv ## start the proving ground (idempotent)
+up: deps venv hook-client ## start the proving ground (idempotent)
 	@$(PG) up
 
 down: venv ## stop what `make up` started; keeps the cache
@@ -45,24 +64,27 @@ lint: venv ## ruff, mypy --strict and the import contracts (pyproject's [tool.im
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-proto: venv ## regenerate bridge/_proto from proto/
+proto: venv ## regenerate bridge/_proto (and the Go hook client's internal/bridgepb) from proto/
 	$(PY) scripts/generate_proto.py
+	@if PATH="$$HOME/go/bin:$$PATH" command -v protoc-gen-go-grpc >/dev/null; then \
+		PATH="$$HOME/go/bin:$$PATH" slurm_plugins/hookclient/generate.sh; \
+	else echo "make proto: protoc-gen-go(-grpc) not installed: Go code left alone (see slurm_plugins/hookclient/generate.sh)"; fi
 
-unit: venv ## the pure unit tests only (no daemons)
+unit: venv hook-client ## the pure unit tests only (no daemons)
 	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
 
-test: deps venv lint ## everything: unit, integration and e2e against the proving ground
+test: deps venv hook-client lint ## everything: unit, integration and e2e against the proving ground
 	@$(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
-demo: deps venv ## the elastic cycle, live: jobs scale slurmd pods up and down
+demo: deps venv hook-client ## the elastic cycle, live: jobs scale slurmd pods up and down
 	@$(PG) demo
 
-bench: deps venv ## benchmarks (ratios against a baseline measured in the same run)
+bench: deps venv hook-client ## benchmarks (ratios against a baseline measured in the same run)
 	@$(PY) bench/run.py
 
 CHAOS_ARGS ?= --rounds 3 --nodes 200 --fault-seconds 60
-chaos: deps venv ## fault storms on kwok nodes (~15 min; CHAOS_ARGS=...), then the fuzz suite at 25,000 examples
+chaos: deps venv hook-client ## fault storms on kwok nodes (~15 min; CHAOS_ARGS=...), then the fuzz suite at 25,000 examples
 	@rc=0; $(PY) bench/chaos.py $(CHAOS_ARGS) || rc=$$?; \
 	if [ -f tests/unit/test_fuzz.py ]; then \
 		SKB_FUZZ_EXAMPLES=25000 $(PY) -m pytest tests/unit/test_fuzz.py -q || rc=1; \

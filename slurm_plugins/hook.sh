@@ -4,8 +4,11 @@
 # a resume), so this uses shell builtins and absolute paths only. It finds:
 #   settings   hooks.env next to the hook as invoked, else next to the real file (after
 #              symlinks); only the SKB_* keys below are read, as KEY=value lines (no code runs)
-#   Python     SKB_PYTHON, else <repo>/.venv/bin/python, else /usr/bin/python3
-# and then execs `python -m bridge.hooks <kind> <args>`, which does the work.
+#   client     <dir>/bin/skb-hook (the static Go client, `make hook-client`) unless
+#              SKB_HOOK_CLIENT=python; it has bridge.hooks' contract and starts in milliseconds
+#   Python     otherwise: SKB_PYTHON, else <repo>/.venv/bin/python, else /usr/bin/python3
+# and then execs `skb-hook <kind> <args>` or `python -m bridge.hooks <kind> <args>`, which does
+# the work.
 # Expects: skb_kind (resume|suspend|resume_fail|node_event), skb_self (the hook's real path,
 # symlinks resolved), "$@" as slurmctld passed it.
 
@@ -19,8 +22,8 @@ skb_env=${skb_invoked%/*}/hooks.env
 if [ -r "$skb_env" ]; then
     while IFS= read -r skb_line || [ -n "$skb_line" ]; do
         case $skb_line in
-            SKB_PYTHON=* | SKB_SOCKET=* | SKB_SLURM_BIN=* | SKB_HOOK_LOG=* | SKB_TIMEOUT_S=* | \
-            SKB_TLS_CERT=* | SKB_TLS_KEY=* | SKB_TLS_CA=*)
+            SKB_HOOK_CLIENT=* | SKB_PYTHON=* | SKB_SOCKET=* | SKB_SLURM_BIN=* | SKB_HOOK_LOG=* | \
+            SKB_TIMEOUT_S=* | SKB_TLS_CERT=* | SKB_TLS_KEY=* | SKB_TLS_CA=*)
                 skb_key=${skb_line%%=*}
                 skb_value=${skb_line#*=}
                 case $skb_value in
@@ -32,6 +35,11 @@ if [ -r "$skb_env" ]; then
         esac
     done <"$skb_env"
 fi
+
+# The Go client first: no interpreter to start, so no Python check to pay for either.
+case ${SKB_HOOK_CLIENT:-go} in
+    go) if [ -x "$skb_dir/bin/skb-hook" ]; then exec "$skb_dir/bin/skb-hook" "$skb_kind" "$@"; fi ;;
+esac
 
 if [ -z "${SKB_PYTHON:-}" ]; then
     if [ -x "$skb_repo/.venv/bin/python" ]; then

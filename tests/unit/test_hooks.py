@@ -52,6 +52,9 @@ class Site:
         lines = {
             # This interpreter, wherever its venv lives (hook.sh would look in <repo>/.venv).
             "SKB_PYTHON": sys.executable,
+            # The Python client; test_hook_client.py runs the Go one (slurm_plugins/bin/skb-hook)
+            # side by side with it.
+            "SKB_HOOK_CLIENT": "python",
             "SKB_SOCKET": f"unix:{self.sock}",
             "SKB_SLURM_BIN": str(self.bin),
             "SKB_HOOK_LOG": f'"{self.log}"',  # quoted on purpose: the parser strips one pair
@@ -552,7 +555,8 @@ def test_without_skb_python_the_checkouts_venv_is_used(tmp_path: Path) -> None:
     python.write_text("#!/bin/sh\necho 3.9\nexit 0\n")
     python.chmod(0o755)
     log = tmp_path / "hooks.log"
-    (repo / "slurm_plugins" / "hooks.env").write_text(f"SKB_HOOK_LOG={log}\n")
+    hooks_env = f"SKB_HOOK_LOG={log}\nSKB_HOOK_CLIENT=python\n"  # not a built bin/skb-hook
+    (repo / "slurm_plugins" / "hooks.env").write_text(hooks_env)
     done = subprocess.run(
         [str(repo / "slurm_plugins" / "suspend"), "c1"],
         env={"PWD": str(tmp_path), "SHLVL": "1"},

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	pb "github.com/slurm-k8s-bridge/skb-hook/internal/bridgepb"
+)
+
+func envOf(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestParseArgv(t *testing.T) {
+	cases := []struct {
+		argv []string
+		want hookCall
+		err  string
+	}{
+		{[]string{"resume", "c[1-2]"}, hookCall{kind: "resume", hostlist: "c[1-2]"}, ""},
+		{[]string{"suspend", "c1"}, hookCall{kind: "suspend", hostlist: "c1"}, ""},
+		{[]string{"resume_fail", "c1"}, hookCall{kind: "resume_fail", hostlist: "c1"}, ""},
+		{[]string{"node_event", "drain", "c1"}, hookCall{kind: "node_event", event: "drain", hostlist: "c1"}, ""},
+		{nil, hookCall{}, "first argument must be one of resume, suspend, resume_fail, node_event"},
+		{[]string{"bogus", "c1"}, hookCall{}, "first argument must be one of resume, suspend, resume_fail, node_event"},
+		{[]string{"resume"}, hookCall{}, "usage: resume <hostlist> (exactly one hostlist, as Slurm passes it)"},
+		{[]string{"resume", ""}, hookCall{}, "usage: resume <hostlist> (exactly one hostlist, as Slurm passes it)"},
+		{[]string{"suspend", "a", "b"}, hookCall{}, "usage: suspend <hostlist> (exactly one hostlist, as Slurm passes it)"},
+		{[]string{"node_event", "reboot", "c1"}, hookCall{}, "usage: node_event <down|drain|fail|up|idle> <hostlist>"},
+		{[]string{"node_event", "down"}, hookCall{}, "usage: node_event <down|drain|fail|up|idle> <hostlist>"},
+		{[]string{"node_event", "down", ""}, hookCall{}, "usage: node_event <down|drain|fail|up|idle> <hostlist>"},
+	}
+	for _, c := range cases {
+		got, err := parseArgv(c.argv)
+		if c.err != "" {
+			if err == nil || err.Error() != c.err {
+				t.Errorf("parseArgv(%q) error = %v, want %q", c.argv, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("parseArgv(%q) = %+v, %v; want %+v", c.argv, got, err, c.want)
+		}
+	}
+	if n := (hookCall{kind: "node_event", event: "up"}).name(); n != "node_event:up" {
+		t.Errorf("name = %q", n)
+	}
+}
+
+func TestSettingsFromEnv(t *testing.T) {
+	def := settings{target: defaultTarget, slurmBin: defaultSlurmBin, logPath: defaultHookLog, timeoutS: 2}
+	with := func(f func(*settings)) settings { s := def; f(&s); return s }
+	cases := []struct {
+		env  map[string]string
+		want settings
+	}{
+		{map[string]string{}, def},
+		{map[string]string{"SKB_SOCKET": "", "SKB_SLURM_BIN": "", "SKB_TIMEOUT_S": ""}, def},
+		{map[string]string{"SKB_SOCKET": "host:50051"}, with(func(s *settings) { s.target = "host:50051" })},
+		{map[string]string{"SKB_SLURM_BIN": "/opt/slurm/bin"}, with(func(s *settings) { s.slurmBin = "/opt/slurm/bin" })},
+		{map[string]string{"SKB_HOOK_LOG": ""}, with(func(s *settings) { s.logPath = "" })},
+		{map[string]string{"SKB_HOOK_LOG": "/tmp/h.log"}, with(func(s *settings) { s.logPath = "/tmp/h.log" })},
+		{map[string]string{"SKB_TIMEOUT_S": "0.5"}, with(func(s *settings) { s.timeoutS = 0.5 })},
+		{map[string]string{"SKB_TIMEOUT_S": " 3 "}, with(func(s *settings) { s.timeoutS = 3 })},
+		{map[string]string{"SKB_TIMEOUT_S": "1_0"}, with(func(s *settings) { s.timeoutS = 10 })},
+		{map[string]string{"SKB_TIMEOUT_S": "1e1"}, with(func(s *settings) { s.timeoutS = 10 })},
+		{map[string]string{"SKB_TIMEOUT_S": "two"}, def},
+		{map[string]string{"SKB_TIMEOUT_S": "2s"}, def},
+		{map[string]string{"SKB_TIMEOUT_S": "_1"}, def},
+		{map[string]string{"SKB_TIMEOUT_S": "0x10"}, def},
+		{map[string]string{"SKB_TLS_CERT": "c", "SKB_TLS_KEY": "k"}, def},
+		{map[string]string{"SKB_TLS_CERT": "c", "SKB_TLS_KEY": "k", "SKB_TLS_CA": "a"},
+			with(func(s *settings) { s.tls = &tlsFiles{"c", "k", "a"} })},
+	}
+	for _, c := range cases {
+		if got := settingsFromEnv(envOf(c.env)); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("settingsFromEnv(%v) = %+v, want %+v", c.env, got, c.want)
+		}
+	}
+}
+
+func TestReadResumeFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	big := write("big", strings.Repeat("x", resumeFileMax+1))
+	cases := []struct {
+		env        map[string]string
+		text, note string
+	}{
+		{map[string]string{}, "", "no SLURM_RESUME_FILE"},
+		{map[string]string{"SLURM_RESUME_FILE": write("ok", `{"jobs":[]}`)}, `{"jobs":[]}`, ""},
+		{map[string]string{"SLURM_RESUME_FILE": write("crlf", "a\r\nb\rc\xff")}, "a\nb\nc\ufffd", ""},
+		{map[string]string{"SLURM_RESUME_FILE": filepath.Join(dir, "absent")}, "", "cannot read SLURM_RESUME_FILE: No such file or directory"},
+		{map[string]string{"SLURM_RESUME_FILE": dir}, "", "cannot read SLURM_RESUME_FILE: Is a directory"},
+		{map[string]string{"SLURM_RESUME_FILE": big}, "", "SLURM_RESUME_FILE over 16777216 characters: not sent"},
+		{map[string]string{"SLURM_RESUME_FILE": write("max", strings.Repeat("é", resumeFileMax))}, strings.Repeat("é", resumeFileMax), ""},
+	}
+	for _, c := range cases {
+		text, note := readResumeFile(envOf(c.env))
+		if text != c.text || note != c.note {
+			t.Errorf("readResumeFile(%v) = %.40q, %q; want %.40q, %q", c.env, text, note, c.text, c.note)
+		}
+	}
+}
+
+func TestPyRepr(t *testing.T) {
+	// Expected values are Python's repr() of the same strings.
+	cases := map[string]string{
+		"":                      "''",
+		"no SLURM_RESUME_FILE":  "'no SLURM_RESUME_FILE'",
+		"it's":                  `"it's"`,
+		`say "hi"`:              `'say "hi"'`,
+		`both ' and "`:          `'both \' and "'`,
+		"back\\slash":           `'back\\slash'`,
+		"tab\tnl\ncr\r":         `'tab\tnl\ncr\r'`,
+		"\x00\x1f\x7f":          `'\x00\x1f\x7f'`,
+		"é ü 日本":                "'é ü 日本'",
+		"\u00a0\u00ad\u2028":    `'\xa0\xad\u2028'`,
+		"\U0001F600 \U000E0001": `'` + "\U0001F600" + ` \U000e0001'`,
+		"bad\xffbyte":           `'bad\udcffbyte'`,
+	}
+	for in, want := range cases {
+		if got := pyRepr(in); got != want {
+			t.Errorf("pyRepr(%q) = %s, want %s", in, got, want)
+		}
+	}
+	if got := pyListRepr([]string{"foo", "a'b", `x"y`}); got != `['foo', "a'b", 'x"y']` {
+		t.Errorf("pyListRepr = %s", got)
+	}
+	if got := pyListRepr(nil); got != "[]" {
+		t.Errorf("pyListRepr(nil) = %s", got)
+	}
+}
+
+func TestLogLineAndErrors(t *testing.T) {
+	at := time.Date(2026, 12, 3, 17, 4, 5, 0, time.FixedZone("", 3600+1800))
+	if got := logLine(at, 42, "resume x"); got != "2026-12-03T17:04:05+0130 slurm-k8s-bridge-hook[42] resume x\n" {
+		t.Errorf("logLine = %q", got)
+	}
+	if got := pyOSError(syscall.ENOENT, "/x"); got != "[Errno 2] No such file or directory: '/x'" {
+		t.Errorf("pyOSError = %q", got)
+	}
+	if got := strerror(&os.PathError{Op: "open", Path: "/x", Err: syscall.EACCES}); got != "Permission denied" {
+		t.Errorf("strerror = %q", got)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	const target = "unix:/run/b.sock"
+	dialing := `connection error: desc = "transport: Error while dialing: dial unix /run/b.sock: connect: connection refused"`
+	cases := []struct {
+		name    string
+		f       rpcFailure
+		class   string
+		message string
+	}{
+		{"refused", rpcFailure{code: codes.Unavailable, message: dialing, dialErr: syscall.ECONNREFUSED},
+			"BridgeUnreachable", "unix:/run/b.sock: Connection refused (3 attempts)"},
+		{"no socket", rpcFailure{code: codes.Unavailable, message: dialing, dialErr: syscall.ENOENT},
+			"BridgeUnreachable", "unix:/run/b.sock: No such file or directory (3 attempts)"},
+		{"tls refused", rpcFailure{code: codes.Unavailable, message: "connection error: desc = \"error reading server preface: remote error: tls: unknown certificate authority\""},
+			"BridgeUnreachable", "unix:/run/b.sock: tls: unknown certificate authority (3 attempts)"},
+		{"deadline", rpcFailure{code: codes.DeadlineExceeded, message: "context deadline exceeded"},
+			"BridgeNoAnswer", "unix:/run/b.sock: Deadline Exceeded (3 attempts)"},
+		{"died mid-call", rpcFailure{code: codes.Unavailable, message: "error reading from server: EOF", served: true},
+			"BridgeNoAnswer", "unix:/run/b.sock: error reading from server: EOF (3 attempts)"},
+		{"backend down", rpcFailure{code: codes.Unavailable, message: "kubernetes: 503", fromBridge: true},
+			"TransientBackendError", "kubernetes: 503"},
+		{"bad input", rpcFailure{code: codes.InvalidArgument, message: "bad hostlist"}, "InvalidInput", "bad hostlist"},
+		{"not allowed", rpcFailure{code: codes.PermissionDenied, message: "uid 7"}, "CallerNotAllowed", "uid 7"},
+		{"other", rpcFailure{code: codes.FailedPrecondition, message: "no pools"}, "BridgeError", "FAILED_PRECONDITION: no pools"},
+		{"empty details", rpcFailure{code: codes.Internal}, "BridgeError", "INTERNAL: INTERNAL"},
+	}
+	for _, c := range cases {
+		got := classify(c.f, target, 3)
+		if got.class != c.class || got.message != c.message {
+			t.Errorf("%s: classify = %s / %q, want %s / %q", c.name, got.class, got.message, c.class, c.message)
+		}
+	}
+	tcp := dialCause("127.0.0.1:1", "127.0.0.1:1", syscall.ECONNREFUSED)
+	if tcp != "UNKNOWN: ipv4:127.0.0.1:1: Failed to connect to remote host: Connection refused" {
+		t.Errorf("dialCause tcp = %q", tcp)
+	}
+}
+
+func TestDescribeFailure(t *testing.T) {
+	cases := []struct {
+		err          error
+		kind, detail string
+	}{
+		{&callError{"BridgeUnreachable", "t: refused (3 attempts)"}, "BridgeUnreachable", "t: refused (3 attempts)"},
+		{&callError{"BridgeNoAnswer", "t: Deadline Exceeded (1 attempts)"}, "BridgeNoAnswer", "t: Deadline Exceeded (1 attempts)"},
+		{&callError{"CallerNotAllowed", "uid 7"}, "BridgeFailed", "CallerNotAllowed: uid 7"},
+		{&callError{"InvalidInput", "bad"}, "BridgeFailed", "InvalidInput: bad"},
+		{&callError{"TransientBackendError", "503"}, "BridgeFailed", "TransientBackendError: 503"},
+		{&callError{"ConfigError", "cannot read TLS file: x"}, "BridgeFailed", "ConfigError: cannot read TLS file: x"},
+		{errors.New("boom"), "BridgeFailed", "boom"},
+	}
+	for _, c := range cases {
+		kind, detail := describeFailure(c.err)
+		if kind != c.kind || detail != c.detail {
+			t.Errorf("describeFailure(%v) = %s, %q; want %s, %q", c.err, kind, detail, c.kind, c.detail)
+		}
+	}
+}
+
+func TestOurReasonAndSummary(t *testing.T) {
+	if got := ourReason("BridgeUnreachable", "a\nb "); got != "k8s: BridgeUnreachable: a b" {
+		t.Errorf("ourReason = %q", got)
+	}
+	long := ourReason("X", strings.Repeat("é", 300))
+	if n := len([]rune(long)); n != 200 || !strings.HasSuffix(long, "...") {
+		t.Errorf("ourReason long: %d characters", n)
+	}
+	results := []nodeResult{
+		resultFromPB(&pb.NodeResult{Node: "c1", Outcome: pb.Outcome_OUTCOME_OK}),
+		resultFromPB(&pb.NodeResult{Node: "c2", Outcome: pb.Outcome_OUTCOME_ACCEPTED}),
+		resultFromPB(&pb.NodeResult{Node: "c3", Outcome: pb.Outcome_OUTCOME_REJECTED, ErrorClass: pb.ErrorClass_ERROR_CLASS_UNKNOWN_NODE, Message: "no pool"}),
+		resultFromPB(&pb.NodeResult{Node: "c4", Outcome: pb.Outcome(9), ErrorClass: pb.ErrorClass_ERROR_CLASS_NONE}),
+	}
+	want := "nodes=4 ok=1 accepted=1 not_ok=2 first_not_ok='c3:UNKNOWN_NODE:no pool, c4:INTERNAL:'"
+	if got := summarize(results); got != want {
+		t.Errorf("summarize = %q\nwant        %q", got, want)
+	}
+}
