@@ -220,15 +220,21 @@ class BridgeMetrics:
         whose job started since their resume."""
         states = dict.fromkeys(POWER_STATES, 0)
         for node in nodes:
-            states[power_state(node)] += 1
-            if node.is_powering_up or node.state not in _REGISTERED_STATES:
+            state = power_state(node)
+            states[state] += 1
+            # Until slurmd registers, Slurm shows POWERING_UP (or NOT_RESPONDING once it gave up).
+            if (
+                state != "powered_up"
+                or node.state not in _REGISTERED_STATES
+                or "NOT_RESPONDING" in node.flags
+            ):
                 continue
             # A job implies a registration: a pass that first sees the node busy ends both.
             self.node_registered(node.name, t)
             if node.state in _JOB_STATES:
                 self.job_started(node.name, t)
-        for state, count in states.items():
-            self.nodes.labels(state).set(count)
+        for name, count in states.items():
+            self.nodes.labels(name).set(count)
         counts: dict[tuple[str, str], int] = {}
         for pod in pods:
             phase = "Terminating" if pod.deleting else pod.phase
@@ -260,7 +266,7 @@ class BridgeMetrics:
     # -- the endpoint ----------------------------------------------------------------------------
 
     def names(self) -> list[str]:
-        """Every metric's name as the endpoint shows it (counters without ``_total``)."""
+        """Every metric family's name (a counter's without the ``_total`` its samples carry)."""
         return sorted({m.name for m in self.registry.collect()})
 
     def serve(self, address: str) -> MetricsServer:
