@@ -319,6 +319,11 @@ def start(config: BridgeConfig) -> Bridge:
         tls = TlsServerFiles(
             config.bridge.tls_cert, config.bridge.tls_key, config.bridge.tls_client_ca
         )
+    # Before the gRPC server binds its socket: a bad or busy address stops the bridge before it
+    # serves anything, and leaves no socket behind.
+    metrics_server = (
+        metrics.serve(config.bridge.metrics_address) if config.bridge.metrics_address else None
+    )
     server = build_server(
         service,
         allowed_uids=allowed_caller_uids(config),
@@ -329,10 +334,6 @@ def start(config: BridgeConfig) -> Bridge:
         tcp_listen=config.bridge.tcp_listen,
         tls=tls,
         metrics=metrics,
-    )
-    # Before the gRPC server starts: a bad address stops the bridge before it serves anything.
-    metrics_server = (
-        metrics.serve(config.bridge.metrics_address) if config.bridge.metrics_address else None
     )
     server.start()
     watcher = PodWatcher(pods, reconciler, cache=cache, metrics=metrics)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -17,9 +18,11 @@ from kubernetes.client.exceptions import ApiException
 
 from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
 from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
+from bridge.adapters.kubernetes import PodEvent, WatchExpired
 from bridge.adapters.kubernetes.calls import call
 from bridge.adapters.slurm_cli import SlurmCli
 from bridge.api import build_server
+from bridge.app import PodWatcher
 from bridge.config import parse_config
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.pods import PodView
@@ -478,3 +481,64 @@ def test_metrics_address_is_off_by_default_and_read_from_the_file(
     assert parse_config(MINIMAL_CONFIG, "bridge.yaml").bridge.metrics_address == ""
     text = MINIMAL_CONFIG + f"bridge:\n  metrics_address: '{value}'\n"
     assert parse_config(text, "bridge.yaml").bridge.metrics_address == expected
+
+
+# --- the pod watcher feeds pod_running and counts failed watches -------------------------------
+
+
+class ScriptedWatch:
+    """A pod source whose watches play ``script`` (an event or an error each), then block."""
+
+    def __init__(self, script: list[PodEvent | BridgeError]) -> None:
+        self.script = list(script)
+        self.drained = threading.Event()
+        self.release = threading.Event()
+
+    def list_pods(self) -> tuple[list[PodView], str]:
+        return [], "1"
+
+    def watch(
+        self,
+        resource_version: str,
+        timeout_s: int = 60,
+        *,
+        on_bookmark: Callable[[str], None] | None = None,
+    ) -> Iterator[PodEvent]:
+        while self.script:
+            step = self.script.pop(0)
+            if isinstance(step, BridgeError):
+                raise step
+            yield step
+        self.drained.set()
+        self.release.wait(5)
+
+
+class NoReconciler:
+    def poke(self) -> None:
+        pass
+
+
+def test_the_watcher_times_pods_turning_running_and_counts_failed_watches() -> None:
+    metrics = BridgeMetrics()
+    metrics.resume_called("a", time.monotonic())
+    metrics.resume_called("b", time.monotonic())
+    source = ScriptedWatch(
+        [
+            PodEvent("ADDED", pod("a", "Pending"), "2"),
+            WatchExpired("too old"),
+            PodEvent("MODIFIED", pod("a", "Running"), "3"),
+            PodEvent("MODIFIED", pod("b", "Failed"), "4"),
+        ]
+    )
+    watcher = PodWatcher(source, NoReconciler(), metrics=metrics, backoff_s=0.01)
+    watcher.start()
+    try:
+        assert source.drained.wait(5)
+    finally:
+        watcher.stop()
+        source.release.set()
+        assert watcher.stop(wait_s=5)
+    assert sample(metrics, "resume_latency_seconds_count", stage="pod_running") == 1
+    assert metrics.pending() == 2
+    kind = "WatchExpired"
+    assert sample(metrics, "backend_errors_total", backend="kubernetes", kind=kind) == 1
