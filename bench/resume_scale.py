@@ -253,6 +253,8 @@ def bench_config(socket_path: str) -> dict[str, Any]:
             "pod_age_guard_s": 3600,
             "create_concurrency": CONCURRENCY,
             "log_format": "text",
+            # The proving ground's bridge serves 127.0.0.1:9464 already.
+            "metrics_address": "",
         }
     )
     pool = {**sim, "name": POOL, "nodes": POOL_NODES, "partition": POOL, "features": [POOL]}

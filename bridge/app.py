@@ -18,6 +18,7 @@ from bridge.adapters.slurm_cli import SlurmCli, read_slurm_user
 from bridge.api import TlsServerFiles, build_server
 from bridge.domain.pods import PodView
 from bridge.errors import BridgeError, ConfigError
+from bridge.metrics import BridgeMetrics, MetricsServer
 from bridge.peer_gate import resolve_uids, user_name
 from bridge.pod_cache import NotSynced, PodCache
 from bridge.service import BridgeService
@@ -134,6 +135,7 @@ class PodWatcher:
         reconciler: Pokeable,
         *,
         cache: PodCache | None = None,
+        metrics: BridgeMetrics | None = None,
         watch_timeout_s: int = 30,
         backoff_s: float = 0.5,
         max_backoff_s: float = 10.0,
@@ -141,6 +143,8 @@ class PodWatcher:
         self.pods = pods
         self.reconciler = reconciler
         self.cache = cache or PodCache()
+        #: Hears of pods turning Running (the resume latency) and of failed watches.
+        self.metrics = metrics
         self.watch_timeout_s = watch_timeout_s
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
@@ -162,6 +166,11 @@ class PodWatcher:
 
     def _backoff(self, failures: int) -> float:
         return float(min(self.backoff_s * 2 ** (failures - 1), self.max_backoff_s))
+
+    def _count_error(self, error: BridgeError) -> None:
+        # The watch's stream fails outside the adapter's call(): count it where it ends.
+        if self.metrics is not None:
+            self.metrics.backend_error("kubernetes", type(error).__name__)
 
     def _run(self) -> None:
         failures = 0  # in a row, without an event or a clean end in between
@@ -189,6 +198,8 @@ class PodWatcher:
                     failures = 0
                     log.debug("pod %s %s phase=%s", event.pod.name, event.kind, event.pod.phase)
                     self.cache.apply(event.kind, event.pod, event.resource_version)
+                    if self.metrics is not None and event.pod.phase == "Running":
+                        self.metrics.pod_running(event.pod.node, time.monotonic())
                     self.reconciler.poke()
                     if self._stop.is_set():
                         return
@@ -196,6 +207,7 @@ class PodWatcher:
                 failures = 0
                 continue
             except WatchExpired as e:
+                self._count_error(e)
                 failures += 1
                 delay = 0.0 if failures == 1 else self._backoff(failures - 1)
                 log.info(
@@ -205,6 +217,7 @@ class PodWatcher:
                     e,
                 )
             except BridgeError as e:
+                self._count_error(e)
                 failures += 1
                 delay = self._backoff(failures)
                 log.warning(
@@ -231,9 +244,12 @@ class Bridge:
     reconciler: Reconciler
     watcher: PodWatcher
     server: object
+    metrics_server: MetricsServer | None = None
 
     def stop(self, grace_s: float = 5.0) -> None:
         self.server.stop(grace_s)  # type: ignore[attr-defined]
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
         self.watcher.stop()
         self.reconciler.stop()
         # Before the gateway closes: accepted resumes still being created need it.
@@ -276,29 +292,38 @@ def log_slurm_version(slurm: SlurmCli, bin_dir: str) -> None:
 
 
 def start(config: BridgeConfig) -> Bridge:
-    """Connect the adapters, start the gRPC server, the watch and the reconcile loop."""
+    """Connect the adapters, start the gRPC server, the metrics endpoint (when
+    ``bridge.metrics_address`` is set), the watch and the reconcile loop."""
+    metrics = BridgeMetrics()
     pods = PodGateway.connect(
         kubeconfig=config.kubernetes.kubeconfig,
         context=config.kubernetes.context,
         namespace=config.kubernetes.namespace,
         cluster_name=config.cluster_name,
         concurrency=config.bridge.create_concurrency,
+        counters=metrics,
     )
     slurm = SlurmCli(
         bin_dir=config.slurm.bin_dir,
         timeout_s=config.slurm.command_timeout_s,
         conf=config.slurm.conf,
+        counters=metrics,
     )
     log_slurm_version(slurm, config.slurm.bin_dir)
     # Reconcile and status read the watch's cache; the watcher below fills it.
     cache = PodCache()
-    service = BridgeService(config, slurm, pods, pod_views=cache)
+    service = BridgeService(config, slurm, pods, pod_views=cache, metrics=metrics)
     reconciler = Reconciler(service, config.bridge.reconcile_interval_s)
     tls = None
     if config.bridge.tls_cert and config.bridge.tls_key and config.bridge.tls_client_ca:
         tls = TlsServerFiles(
             config.bridge.tls_cert, config.bridge.tls_key, config.bridge.tls_client_ca
         )
+    # Before the gRPC server binds its socket: a bad or busy address stops the bridge before it
+    # serves anything, and leaves no socket behind.
+    metrics_server = (
+        metrics.serve(config.bridge.metrics_address) if config.bridge.metrics_address else None
+    )
     server = build_server(
         service,
         allowed_uids=allowed_caller_uids(config),
@@ -308,9 +333,10 @@ def start(config: BridgeConfig) -> Bridge:
         socket_group=config.bridge.socket_group,
         tcp_listen=config.bridge.tcp_listen,
         tls=tls,
+        metrics=metrics,
     )
     server.start()
-    watcher = PodWatcher(pods, reconciler, cache=cache)
+    watcher = PodWatcher(pods, reconciler, cache=cache, metrics=metrics)
     reconciler.start()
     watcher.start()
     reconciler.poke()  # converge at once after a (re)start
@@ -321,7 +347,7 @@ def start(config: BridgeConfig) -> Bridge:
         config.kubernetes.namespace,
         ", ".join(f"{p.name}={p.nodes}" for p in config.pools),
     )
-    return Bridge(service, pods, reconciler, watcher, server)
+    return Bridge(service, pods, reconciler, watcher, server, metrics_server)
 
 
 def serve(config: BridgeConfig) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -41,6 +42,7 @@ from bridge.errors import (
     NoCapacity,
     TransientBackendError,
 )
+from bridge.metrics import BridgeMetrics
 from bridge.ports import PodLister, PodPort, SlurmPort
 from bridge.resume_dispatcher import ResumeDispatcher
 from bridge.settings import BridgeConfig
@@ -69,6 +71,7 @@ class BridgeService:
         *,
         pod_views: PodLister | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        metrics: BridgeMetrics | None = None,
     ) -> None:
         self.config = config
         self.slurm = slurm
@@ -77,6 +80,10 @@ class BridgeService:
         #: (no list per pass), else ``pods`` itself.
         self.pod_views: PodLister = pod_views or pods
         self.clock = clock
+        #: Where the use cases report what they saw; an unserved registry when not given.
+        #: Its times are time.monotonic(), not ``clock``: latencies need a clock that never
+        #: steps, ``clock`` is the decisions' notion of now.
+        self.metrics = metrics if metrics is not None else BridgeMetrics()
         self.guards = Guards(
             pod_age_guard=timedelta(seconds=config.bridge.pod_age_guard_s),
             failed_node_hold=timedelta(seconds=config.bridge.failed_node_hold_s),
@@ -142,15 +149,20 @@ class BridgeService:
         try:
             self.slurm.update_nodes(nodes, state="down", reason=reason)
             log.warning("set DOWN %s: %s", compress(nodes), reason)
+            self.metrics.fail_fast(reason, len(nodes))
         except BridgeError as e:
             log.error("could not set DOWN %s (%s): %s", compress(nodes), reason, e)
 
     def _validate_resume(
         self, hostlist: str, resume_file: str, request_id: str
     ) -> tuple[list[str], dict[str, list[str]], list[NodeResult], dict[str, list[int]]]:
-        """What both resume paths do before any pod: :meth:`_split`, and the resume file's
-        jobs per node (a bad file costs only the per-job context)."""
+        """What both resume paths do before any pod: :meth:`_split`, the resume file's jobs per
+        node (a bad file costs only the per-job context), and the resume latency's start."""
         names, groups, rejected = self._split(hostlist)
+        arrived = time.monotonic()
+        for members in groups.values():
+            for node in members:
+                self.metrics.resume_called(node, arrived)
         try:
             jobs = jobs_by_node(resume_file)
         except InvalidInput as e:
@@ -271,6 +283,8 @@ class BridgeService:
         """Delete the nodes' pods; already-absent pods are success."""
         names, groups, rejected = self._split(hostlist)
         nodes = [n for members in groups.values() for n in members]
+        for node in nodes:
+            self.metrics.forget(node)
         return in_order(
             names, rejected + self._delete(nodes, request_id, "Slurm suspended the node")
         )
@@ -279,6 +293,8 @@ class BridgeService:
         """Slurm gave up on these nodes (ResumeTimeout): remove whatever pod is left."""
         names, groups, rejected = self._split(hostlist)
         nodes = [n for members in groups.values() for n in members]
+        for node in nodes:
+            self.metrics.forget(node)
         deleted = self._delete(nodes, request_id, "Slurm reported the resume as failed")
         return in_order(names, rejected + deleted)
 
@@ -321,10 +337,13 @@ class BridgeService:
     def reconcile_once(self) -> list[Action]:
         """Observe both sides, plan, execute; returns what it did (for logs and tests)."""
         with self._reconcile_lock:
+            started = time.monotonic()
             nodes, pods, events = self.observe()
+            self.metrics.observe_state(nodes, pods, time.monotonic())
             actions = plan(nodes, pods, self.config.pools, self.clock(), self.guards, events=events)
             if actions:
                 self.execute(actions)
+            self.metrics.reconcile_pass(time.monotonic() - started, actions)
             return actions
 
     def execute(self, actions: Sequence[Action]) -> None:
@@ -370,7 +389,9 @@ class BridgeService:
         if creates:
             for action in creates:
                 log.info("reconcile: create pod %s: %s", action.node, action.why)
-            self.resume(compress(a.node for a in creates), "", "reconcile")
+            # Not self.resume: a pod the reconciler recreates starts no resume latency.
+            groups, _ = self.config.pools.group([a.node for a in creates])
+            self._create(groups, {}, "reconcile")
 
     def _not_in_flight(self, creates: Sequence[CreatePod]) -> list[CreatePod]:
         """Those of ``creates`` no accepted resume is creating now: a second create of each of a

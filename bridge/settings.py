@@ -65,6 +65,8 @@ class BridgeSettings:
     #: Pod creates (and deletes) in flight; 64 keeps pace with one API server (issue 11).
     create_concurrency: int = 64
     log_format: str = "text"
+    #: host:port of the Prometheus endpoint (``/metrics``); "" (the default) serves none.
+    metrics_address: str = ""
     #: Who may call over the Unix socket, as user names or uids (checked with SO_PEERCRED).
     #: root, the bridge's own user and Slurm's SlurmUser are always allowed.
     allowed_callers: tuple[str, ...] = ()

@@ -27,9 +27,16 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_fixed,
+)
 
 from bridge.adapters import slurm_json
+from bridge.adapters.call_counters import CallCounters, error_kind
 from bridge.domain import hostlist
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.slurm_version import SlurmVersion, parse_slurm_version
@@ -61,6 +68,10 @@ _UPDATE_BATCH: Final = 1000
 _NO_JSON_MARKER: Final = "unrecognized option '--json'"
 
 _Item = TypeVar("_Item")
+_T = TypeVar("_T")
+
+#: The ``backend`` label of this adapter's commands.
+BACKEND: Final = "slurm"
 
 
 class SlurmCli:
@@ -78,12 +89,15 @@ class SlurmCli:
         *,
         attempts: int = 3,
         retry_wait_s: float = 0.5,
+        counters: CallCounters | None = None,
     ) -> None:
         self._bin_dir = Path(bin_dir)
         self._timeout_s = timeout_s
         self._conf = conf
         self._attempts = attempts
         self._retry_wait_s = retry_wait_s
+        #: Hears of every command's retries and final error (the bridge's metrics).
+        self.counters = counters
         # Probed on first use; a failed probe is tried again next time.
         self._version: SlurmVersion | None = None
 
@@ -190,11 +204,11 @@ class SlurmCli:
         return env
 
     def _run(self, argv: list[str]) -> str:
-        return self._retrying(argv)(self._run_once, argv).decode(errors="replace")
+        return self._with_retries(argv, lambda: self._run_once(argv)).decode(errors="replace")
 
     def _fetch(self, argv: list[str]) -> dict[str, Any]:
         """Run a JSON command and decode it; errors Slurm reports inside it count as failures."""
-        return self._retrying(argv)(lambda: self._document(self._run_once(argv), argv))
+        return self._with_retries(argv, lambda: self._document(self._run_once(argv), argv))
 
     def _fetch_nodes(self, argv: list[str]) -> list[SlurmNode]:
         """Run a node listing and parse it. The listing (24 MB at 10,000 nodes in 24.11) is
@@ -210,18 +224,31 @@ class SlurmCli:
                     self._document(out, argv, slurm_json.load_node_listing), shown
                 )
 
-        return self._retrying(argv)(attempt)
+        return self._with_retries(argv, attempt)
 
-    def _retrying(self, argv: list[str]) -> Retrying:
-        return Retrying(
+    def _with_retries(self, argv: list[str], attempt: Callable[[], _T]) -> _T:
+        """``attempt()``, transient failures tried again; retries and the final error counted."""
+
+        def before_sleep(state: RetryCallState) -> None:
+            log.warning(
+                "retrying %s after: %s", _show(argv), state.outcome and state.outcome.exception()
+            )
+            if self.counters is not None:
+                self.counters.backend_retry(BACKEND)
+
+        retrying = Retrying(
             retry=retry_if_exception_type(TransientBackendError),
             stop=stop_after_attempt(self._attempts),
             wait=wait_fixed(self._retry_wait_s),
-            before_sleep=lambda state: log.warning(
-                "retrying %s after: %s", _show(argv), state.outcome and state.outcome.exception()
-            ),
+            before_sleep=before_sleep,
             reraise=True,
         )
+        try:
+            return retrying(attempt)
+        except BridgeError as e:
+            if self.counters is not None:
+                self.counters.backend_error(BACKEND, error_kind(e))
+            raise
 
     def _run_once(self, argv: list[str]) -> bytes:
         """stdout as bytes: listings are decoded from them directly (no 24 MB text copy)."""

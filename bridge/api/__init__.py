@@ -1,4 +1,5 @@
-"""The gRPC edge: :mod:`.servicer` maps RPCs onto the use cases, :mod:`.server` serves it.
+"""The gRPC edge: :mod:`.servicer` maps RPCs onto the use cases, :mod:`.metrics_interceptor`
+counts them, :mod:`.server` serves it.
 
 The names below are what the composition root (``bridge.app``), the benchmarks and the tests use.
 """

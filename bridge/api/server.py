@@ -23,8 +23,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
+from bridge.api.metrics_interceptor import RpcMetricsInterceptor
 from bridge.api.servicer import SERVICE_NAME, BridgeServicer, BridgeUseCases
 from bridge.errors import ConfigError
+from bridge.metrics import BridgeMetrics
 from bridge.peer_gate import PeerGate, bind_unix_socket, user_name
 from bridge.tls import TlsFiles, read_tls_files
 
@@ -111,6 +113,7 @@ def build_server(
     max_workers: int = 8,
     allowed_uids: frozenset[int] | None = None,
     allowed_client_names: frozenset[str] = frozenset(),
+    metrics: BridgeMetrics | None = None,
 ) -> BridgeServer:
     """Build (not start) the bridge's gRPC server with the health service set to SERVING.
 
@@ -119,7 +122,8 @@ def build_server(
     ``allowed_uids`` (default: root and this process's user) reach the service, others get
     PERMISSION_DENIED (see :mod:`bridge.peer_gate`). ``tcp_listen``: ``host:port`` (port 0 picks
     one, see :attr:`BridgeServer.tcp_port`); TCP is only ever served with mutual TLS, so it needs
-    ``tls`` = (cert, key, client_ca).
+    ``tls`` = (cert, key, client_ca). ``metrics``: counts every call (see
+    :class:`~bridge.api.metrics_interceptor.RpcMetricsInterceptor`).
     """
     if unix_socket is None and tcp_listen is None:
         raise ConfigError("api: set a Unix socket, a TCP listen address, or both")
@@ -128,6 +132,7 @@ def build_server(
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers),
         options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)],
+        interceptors=[RpcMetricsInterceptor(metrics)] if metrics is not None else None,
     )
     # The generated grpc module has no type hints.
     servicer = BridgeServicer(use_cases, allowed_client_names=allowed_client_names)

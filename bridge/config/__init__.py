@@ -35,6 +35,7 @@ Environment overrides (applied on top of the file; the file's value when unset):
     SKB_BRIDGE_TERMINATING_MARGIN_S   bridge.terminating_margin_s
     SKB_BRIDGE_CREATE_CONCURRENCY     bridge.create_concurrency
     SKB_BRIDGE_LOG_FORMAT             bridge.log_format          (text or json)
+    SKB_BRIDGE_METRICS_ADDRESS        bridge.metrics_address     ("" = no metrics endpoint)
 
 A variable starting ``SKB_KUBERNETES_``, ``SKB_SLURM_`` or ``SKB_BRIDGE_`` that names no field is
 an error (a typo); other ``SKB_`` names are left to other parts of the program. Pools have no

@@ -200,6 +200,11 @@ def tcp_listen(value: str) -> str | None:
     return _host_port(value, port_required=True)
 
 
+def metrics_address(value: str) -> str | None:
+    # "" is off: several bridges on one machine must not fight over a default port.
+    return None if value == "" else _host_port(value, port_required=True)
+
+
 def log_format(value: str) -> str | None:
     return None if value in ("text", "json") else f"must be text or json, got {show(value)}"
 

@@ -98,6 +98,9 @@ class BridgeSection(BaseModel):
         BridgeSettings.create_concurrency
     )
     log_format: Annotated[str, rules.string(rules.log_format)] = BridgeSettings.log_format
+    metrics_address: Annotated[str, rules.string(rules.metrics_address)] = (
+        BridgeSettings.metrics_address
+    )
     allowed_callers: Annotated[tuple[str, ...], rules.names(rules.caller_names)] = ()
     tls_client_names: Annotated[tuple[str, ...], rules.names()] = ()
 

@@ -15,15 +15,17 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 from tenacity import (
     RetryCallState,
-    retry,
+    Retrying,
     retry_if_exception_type,
     stop_after_attempt,
     stop_after_delay,
     wait_exponential,
 )
 
+from bridge.adapters.call_counters import CallCounters, error_kind
 from bridge.errors import (
     BackendError,
+    BridgeError,
     Conflict,
     Forbidden,
     InvalidInput,
@@ -103,28 +105,47 @@ def wait_retry_after(state: RetryCallState) -> float:
     return hinted if hinted is not None else _backoff(state)
 
 
-_retry_transient = retry(
-    retry=retry_if_exception_type(TransientBackendError),
-    stop=stop_after_attempt(4),
-    wait=wait_retry_after,
-    reraise=True,
-)
+#: The ``backend`` label of this adapter's calls.
+BACKEND = "kubernetes"
 
 
-def call(what: str, fn: Callable[[], T]) -> T:
-    """``fn()``, its errors translated, transient ones tried up to four times."""
+def _counted(retrying: Retrying, attempt: Callable[[], T], counters: CallCounters | None) -> T:
+    """``retrying(attempt)``, its retries and its final error reported to ``counters``."""
+    if counters is None:
+        return retrying(attempt)
+    retrying = retrying.copy(before_sleep=lambda _state: counters.backend_retry(BACKEND))
+    try:
+        return retrying(attempt)
+    except BridgeError as e:
+        # A 404 is how a delete or a read learns that a pod is gone: its own label, so the
+        # ordinary case does not read as an unexplained BackendError.
+        kind = "NotFound" if isinstance(e, BackendError) and is_not_found(e) else error_kind(e)
+        counters.backend_error(BACKEND, kind)
+        raise
 
-    @_retry_transient
+
+def call(what: str, fn: Callable[[], T], counters: CallCounters | None = None) -> T:
+    """``fn()``, its errors translated, transient ones tried up to four times; ``counters``
+    hears of each retry and of the error the call ends with."""
+
     def attempt() -> T:
         try:
             return fn()
         except TRANSPORT_ERRORS as e:
             raise translate(e, what) from e
 
-    return attempt()
+    retrying = Retrying(
+        retry=retry_if_exception_type(TransientBackendError),
+        stop=stop_after_attempt(4),
+        wait=wait_retry_after,
+        reraise=True,
+    )
+    return _counted(retrying, attempt, counters)
 
 
-def call_within(what: str, budget_s: float, fn: Callable[[float], T]) -> T:
+def call_within(
+    what: str, budget_s: float, fn: Callable[[float], T], counters: CallCounters | None = None
+) -> T:
     """Like :func:`call`, but every attempt and the waits between them fit in ``budget_s``:
     ``fn(timeout)`` gets what is left of it as its request timeout."""
     deadline = time.monotonic() + budget_s
@@ -132,12 +153,6 @@ def call_within(what: str, budget_s: float, fn: Callable[[float], T]) -> T:
     def wait_within_budget(state: RetryCallState) -> float:
         return max(min(wait_retry_after(state), deadline - time.monotonic()), 0.0)
 
-    @retry(
-        retry=retry_if_exception_type(TransientBackendError),
-        stop=stop_after_attempt(4) | stop_after_delay(budget_s),
-        wait=wait_within_budget,
-        reraise=True,
-    )
     def attempt() -> T:
         remaining = deadline - time.monotonic()
         if remaining <= 0.05:
@@ -147,4 +162,10 @@ def call_within(what: str, budget_s: float, fn: Callable[[float], T]) -> T:
         except TRANSPORT_ERRORS as e:
             raise translate(e, what) from e
 
-    return attempt()
+    retrying = Retrying(
+        retry=retry_if_exception_type(TransientBackendError),
+        stop=stop_after_attempt(4) | stop_after_delay(budget_s),
+        wait=wait_within_budget,
+        reraise=True,
+    )
+    return _counted(retrying, attempt, counters)

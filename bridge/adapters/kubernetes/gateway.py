@@ -9,12 +9,13 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from bridge.adapters.call_counters import CallCounters
 from bridge.adapters.kubernetes.calls import call, call_within, is_not_found
 from bridge.adapters.kubernetes.events import EVENT_SENDERS, EventRecorder, QueuedEvent
 from bridge.adapters.kubernetes.json_bytes import send_json
@@ -25,6 +26,8 @@ from bridge.domain.verdict import SCALE_UP_REASONS, ScaleUpEvent
 from bridge.errors import BackendError, Conflict, InvalidInput
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Default budget of one pod delete, retries included (see PodGateway.delete_budget_s).
 DELETE_BUDGET_S = 5.0
@@ -49,8 +52,11 @@ class PodGateway:
         request_timeout_s: float = 10.0,
         delete_budget_s: float = DELETE_BUDGET_S,
         events: EventRecorder | None = None,
+        counters: CallCounters | None = None,
     ) -> None:
         self._api = api
+        #: Hears of every call's retries and final error (the bridge's metrics); None: nobody.
+        self.counters = counters
         self.namespace = namespace
         self.selector = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_CLUSTER}={cluster_name}"
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="k8s")
@@ -70,6 +76,7 @@ class PodGateway:
         namespace: str,
         cluster_name: str,
         concurrency: int = CONCURRENCY,
+        counters: CallCounters | None = None,
     ) -> PodGateway:
         """Load credentials (a kubeconfig file, or the in-cluster service account)."""
         configuration = k8s.Configuration()
@@ -87,7 +94,13 @@ class PodGateway:
         # otherwise discards the extras noisily.
         configuration.connection_pool_maxsize = max(concurrency, 4) + EVENT_SENDERS + 1
         api = k8s.CoreV1Api(k8s.ApiClient(configuration))
-        return cls(api, namespace=namespace, cluster_name=cluster_name, concurrency=concurrency)
+        return cls(
+            api,
+            namespace=namespace,
+            cluster_name=cluster_name,
+            concurrency=concurrency,
+            counters=counters,
+        )
 
     def close(self, events_grace_s: float = 2.0) -> None:
         """Send what Events are queued (up to ``events_grace_s``), then let go of everything."""
@@ -95,6 +108,12 @@ class PodGateway:
         self.events.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._api.api_client.close()
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        return call(what, fn, self.counters)
+
+    def _call_within(self, what: str, budget_s: float, fn: Callable[[float], T]) -> T:
+        return call_within(what, budget_s, fn, self.counters)
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -108,7 +127,7 @@ class PodGateway:
         pods: list[PodView] = []
         version, token = "", ""
         while True:
-            response = call(
+            response = self._call(
                 "list pods",
                 functools.partial(
                     self._api.list_namespaced_pod,
@@ -166,7 +185,7 @@ class PodGateway:
         body = json.dumps(manifest, separators=(",", ":")).encode()
         path = f"/api/v1/namespaces/{self.namespace}/pods"
         try:
-            call(
+            self._call(
                 f"create pod {name}",
                 lambda: send_json(self._api.api_client, "POST", path, body, self._timeout),
             )
@@ -180,7 +199,7 @@ class PodGateway:
         return True
 
     def _is_ours(self, name: str) -> bool:
-        response = call(
+        response = self._call(
             f"read pod {name}",
             lambda: self._api.read_namespaced_pod(
                 name, self.namespace, _preload_content=False, _request_timeout=self._timeout
@@ -204,7 +223,7 @@ class PodGateway:
         body = json.dumps(options, separators=(",", ":")).encode()
         path = f"/api/v1/namespaces/{self.namespace}/pods/{quote(name, safe='')}"
         try:
-            call_within(
+            self._call_within(
                 f"delete pod {name}",
                 self.delete_budget_s,
                 lambda timeout: send_json(
@@ -223,7 +242,7 @@ class PodGateway:
     def pod_exists(self, name: str) -> bool:
         """Whether a pod of that name exists now (a read, not the watch's or a list's view)."""
         try:
-            call(
+            self._call(
                 f"read pod {name}",
                 lambda: self._api.read_namespaced_pod(
                     name, self.namespace, _preload_content=False, _request_timeout=self._timeout
@@ -241,7 +260,7 @@ class PodGateway:
         found: list[ScaleUpEvent] = []
         for reason in sorted(SCALE_UP_REASONS):
             selector = f"involvedObject.kind=Pod,reason={reason}"
-            response = call(
+            response = self._call(
                 f"list {reason} events",
                 functools.partial(
                     self._api.list_namespaced_event,
@@ -289,7 +308,7 @@ class PodGateway:
     def _send_event(self, event: QueuedEvent) -> None:
         path = f"/api/v1/namespaces/{self.namespace}/events"
         try:
-            call(
+            self._call(
                 f"event {event.label}",
                 lambda: send_json(self._api.api_client, "POST", path, event.body, self._timeout),
             )
@@ -343,7 +362,7 @@ class PodGateway:
             "kind": "SelfSubjectRulesReview",
             "spec": {"namespace": self.namespace},
         }
-        response = call(
+        response = self._call(
             "review own access rules",
             lambda: api.create_self_subject_rules_review(
                 body, _preload_content=False, _request_timeout=self._timeout
@@ -364,7 +383,7 @@ class PodGateway:
             "kind": "SelfSubjectAccessReview",
             "spec": {"resourceAttributes": attributes},
         }
-        response = call(
+        response = self._call(
             f"review access to {verb} {resource}",
             lambda: api.create_self_subject_access_review(
                 body, _preload_content=False, _request_timeout=self._timeout
@@ -394,7 +413,7 @@ class PodGateway:
 
     def _exists(self, what: str, read: Callable[[], Any]) -> bool:
         try:
-            response = call(what, read)
+            response = self._call(what, read)
         except BackendError as e:
             if is_not_found(e):
                 return False
