@@ -397,8 +397,12 @@ class BenchBridge:
         self.log_path = work / "bridge.log"
         self.hooks = work / "slurm_plugins"
         self.hooks.mkdir()
-        for name in ("resume", "suspend", "hook.sh"):
-            (self.hooks / name).write_bytes((ROOT / "slurm_plugins" / name).read_bytes())
+        for name in ("resume", "suspend", "hook.sh", "bin/skb-hook"):
+            source = ROOT / "slurm_plugins" / name
+            if not source.exists():  # the Go client is built by `make hook-client`
+                continue
+            (self.hooks / name).parent.mkdir(exist_ok=True)
+            (self.hooks / name).write_bytes(source.read_bytes())
             (self.hooks / name).chmod(0o755)
         (self.hooks / "hooks.env").write_text(
             f"SKB_PYTHON={PYTHON}\nSKB_SOCKET=unix:{self.socket}\n"
@@ -433,10 +437,13 @@ class BenchBridge:
                 return False
         return True
 
-    def hook(self, kind: str, hostlist: str, jobs: int = 1) -> tuple[float, str]:
-        """Run the real ``kind`` hook as slurmctld does (no PATH; SLURM_RESUME_FILE for a resume);
+    def hook(
+        self, kind: str, hostlist: str, jobs: int = 1, client: str = "go"
+    ) -> tuple[float, str]:
+        """Run the real ``kind`` hook as slurmctld does (no PATH; SLURM_RESUME_FILE for a resume)
+        with hook.sh's ``client`` (go: slurm_plugins/bin/skb-hook; python: bridge.hooks);
         returns (seconds, its log line)."""
-        env = {"PWD": "/", "SHLVL": "1", "PYTHONPATH": str(ROOT)}
+        env = {"PWD": "/", "SHLVL": "1", "PYTHONPATH": str(ROOT), "SKB_HOOK_CLIENT": client}
         if kind == "resume":
             resume_file = self.work / "resume.json"
             resume_file.write_text(
@@ -603,8 +610,9 @@ class Ground:
             delete_s = gone.reached(timeout_s) - started
         return Timing(contender, count, create_s, delete_s, call_s)
 
-    def hook_samples(self, count: int, samples: int) -> list[float]:
-        """The resume hook's run time for ``samples`` resumes of ``count`` fresh nodes each.
+    def hook_samples(self, count: int, samples: int, client: str = "go") -> list[float]:
+        """The resume hook's run time (hook.sh with ``client``) for ``samples`` resumes of
+        ``count`` fresh nodes each.
 
         Each sample starts on a quiet machine: the previous sample's pods exist and the CPUs
         are below :data:`QUIET_BUSY` (the scheduler, kwok and the apiserver finished binding and
@@ -617,7 +625,8 @@ class Ground:
         times = []
         for k in range(samples):
             with Watcher(self.admin_kubeconfig, selector, (k + 1) * count) as exist:
-                elapsed, line = self.bridge.hook("resume", hostlist_of(count, offset=k * count))
+                hostlist = hostlist_of(count, offset=k * count)
+                elapsed, line = self.bridge.hook("resume", hostlist, client=client)
                 if "result=ok" not in line:
                     raise RuntimeError(f"resume hook: {line}")
                 times.append(elapsed)
@@ -653,10 +662,14 @@ def wait_until_quiet(timeout_s: float = 60.0) -> None:
             return
 
 
+#: hook.sh's clients (SKB_HOOK_CLIENT): the static Go one it prefers, and the Python fallback.
+HOOK_CLIENTS = ("go", "python")
+
+
 @dataclass(frozen=True)
 class Results:
     timings: tuple[Timing, ...]
-    hooks: tuple[tuple[int, tuple[float, ...]], ...]  # (nodes, samples)
+    hooks: tuple[tuple[str, int, tuple[float, ...]], ...]  # (client, nodes, samples)
 
 
 def run(sizes: Sequence[int], hook_samples: Sequence[tuple[int, int]]) -> Results:
@@ -667,8 +680,9 @@ def run(sizes: Sequence[int], hook_samples: Sequence[tuple[int, int]]) -> Result
         # busy for minutes (Events, garbage collection), which a 2-core machine's Python start
         # feels; Slurm's hook runs on a cluster in its steady state.
         for count, samples in hook_samples:
-            progress(f"resume hook x {samples} at {count:,} nodes")
-            hooks.append((count, tuple(ground.hook_samples(count, samples))))
+            for client in HOOK_CLIENTS:
+                progress(f"resume hook ({client} client) x {samples} at {count:,} nodes")
+                hooks.append((client, count, tuple(ground.hook_samples(count, samples, client))))
         for count in sizes:
             rounds = repetitions(count)
             for round_ in range(rounds):
@@ -728,12 +742,12 @@ def table_lines(results: Results) -> list[Line]:
                         f"{ours / theirs:.2f}x",
                     )
                 )
-    for count, samples in results.hooks:
+    for client, count, samples in results.hooks:
         p50, p95 = statistics.median(samples), percentile(samples, 0.95)
         lines.append(
             (
-                f"resume hook at {count:,} node{'s' if count > 1 else ''} (p50 / p95 of "
-                f"{len(samples)})",
+                f"resume hook ({client} client) at {count:,} node{'s' if count > 1 else ''} "
+                f"(p50 / p95 of {len(samples)})",
                 f"{p50 * 1000:.0f} / {p95 * 1000:.0f} ms",
                 "150 ms (the issue's p50 budget)",
                 f"{p50 / 0.150:.2f}x",
@@ -749,8 +763,9 @@ resume hook answers before the pods exist (ACCEPTED). Baselines create/delete th
 manifests: lean = urllib3 + pre-serialised bytes + 64 threads; official = the kubernetes client,
 64 threads (both with the bridge's ServiceAccount token); StatefulSet = Parallel, N replicas (its
 scale-down timed up to 1,000). The bridge's figure is the median of its rounds too. Hook rows:
-the real resume hook's wall time against that bridge, fresh nodes each run, each started when
-the machine is quiet (< 25 % CPU busy over 1 s; see Ground.hook_samples)."""
+the real resume hook's wall time against that bridge (hook.sh with its Go client, the default,
+and with SKB_HOOK_CLIENT=python), fresh nodes each run, each started when the machine is quiet
+(< 25 % CPU busy over 1 s; see Ground.hook_samples)."""
 
 
 def main(argv: Sequence[str]) -> int:

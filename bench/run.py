@@ -1,7 +1,8 @@
 """`make bench`: the bridge's numbers, each as a ratio against a baseline measured in the same run.
 
-1. hook: a real resume hook (sh wrapper, Python, gRPC over a Unix socket to a real server with a
-   no-op use case) vs. the baseline of starting the same Python and importing grpc.
+1. hook: a real resume hook (sh wrapper, then its static Go client or Python, gRPC over a Unix
+   socket to a real server with a no-op use case): Go vs. the same hook with Python, and Python
+   vs. the baseline of starting the same Python and importing grpc.
 2. hostlist: our expand() in-process vs. `scontrol show hostnames` for the same expression.
 3. reconcile pass (bench/reconcile_pass.py): CPU and peak RSS at 1k / 10k / 50k CLOUD nodes of
    Slurm 22.05 and 24.11, Slurm read through a stub command, vs. the same pass reading Slurm's
@@ -82,7 +83,9 @@ class NoOp:
         return []
 
 
-def bench_hook(runs: int = 20, nodes: int = 3) -> tuple[float, float]:
+def bench_hook(runs: int = 20, nodes: int = 3) -> tuple[float, float, float]:
+    """Medians of the resume hook (hook.sh) with its Go client, with its Python client, and of
+    the Python client's floor (python + import grpc)."""
     with tempfile.TemporaryDirectory(prefix="skb-bench-") as tmp:
         socket_path = f"{tmp}/bridge.sock"
         server = build_server(NoOp(), unix_socket=socket_path)
@@ -90,7 +93,8 @@ def bench_hook(runs: int = 20, nodes: int = 3) -> tuple[float, float]:
         try:
             hooks = Path(tmp) / "slurm_plugins"
             hooks.mkdir()
-            for name in ("resume", "hook.sh"):
+            (hooks / "bin").mkdir()
+            for name in ("resume", "hook.sh", "bin/skb-hook"):
                 (hooks / name).write_bytes((ROOT / "slurm_plugins" / name).read_bytes())
                 (hooks / name).chmod(0o755)
             (hooks / "hooks.env").write_text(
@@ -108,10 +112,10 @@ def bench_hook(runs: int = 20, nodes: int = 3) -> tuple[float, float]:
                 "PYTHONPATH": str(ROOT),
             }
 
-            def hook() -> None:
+            def hook(client: str) -> None:
                 subprocess.run(
                     [str(hooks / "resume"), hostlist],
-                    env=env,
+                    env={**env, "SKB_HOOK_CLIENT": client},
                     check=True,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
@@ -120,8 +124,13 @@ def bench_hook(runs: int = 20, nodes: int = 3) -> tuple[float, float]:
             def baseline() -> None:
                 subprocess.run([PYTHON, "-P", "-s", "-c", "import grpc"], check=True)
 
-            hook()  # warm the page cache once for both
-            return median_s(hook, runs), median_s(baseline, runs)
+            hook("go")  # warm the page cache once for each
+            hook("python")
+            return (
+                median_s(lambda: hook("go"), runs),
+                median_s(lambda: hook("python"), runs),
+                median_s(baseline, runs),
+            )
         finally:
             server.stop(0)
 
@@ -177,13 +186,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print("slurm-k8s-bridge benchmarks (medians; ratios against a baseline from the same run)\n")
     lines: list[Line] = []
-    hook, python_grpc = bench_hook(runs=5 if args.quick else 20)
+    go_hook, python_hook, python_grpc = bench_hook(runs=5 if args.quick else 20)
     lines.append(
         (
-            "hook: resume hook round trip",
-            f"{hook * 1000:.0f} ms",
+            "hook: resume hook round trip, Go client (hook.sh's default)",
+            f"{go_hook * 1000:.1f} ms",
+            f"{python_hook * 1000:.0f} ms (the same hook, SKB_HOOK_CLIENT=python)",
+            f"{go_hook / python_hook:.2f}x",
+        )
+    )
+    lines.append(
+        (
+            "hook: resume hook round trip, Python client",
+            f"{python_hook * 1000:.0f} ms",
             f"{python_grpc * 1000:.0f} ms (python + import grpc)",
-            f"{hook / python_grpc:.2f}x",
+            f"{python_hook / python_grpc:.2f}x",
         )
     )
     hostlist = bench_hostlist()

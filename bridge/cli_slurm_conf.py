@@ -72,6 +72,25 @@ def _hook_programs(args: argparse.Namespace) -> dict[str, Path]:
     return programs
 
 
+def _job_ready_program(args: argparse.Namespace) -> str | None:
+    """PrologSlurmctld for ``--job-ready-prolog``: job_ready next to the resume hook."""
+    if not args.job_ready_prolog:
+        return None
+    path = Path(args.job_ready_program or "")
+    if not args.job_ready_program:
+        resume = _hook_programs(args)["resume"]
+        if resume.name != "resume":
+            raise BridgeError(
+                "--job-ready-prolog: the installed entry points have no job_ready; give "
+                "--job-ready-program (slurm_plugins/job_ready of a checkout, with its hook.sh)"
+            )
+        path = resume.with_name("job_ready")
+    problem = check_program(path)
+    if problem:
+        raise BridgeError(f"PrologSlurmctld program: {problem}")
+    return str(path)
+
+
 def render_slurm_conf(args: argparse.Namespace, config: BridgeConfig) -> int:
     """``render-slurm-conf`` for ``config``: print the lines to Include, or with ``--check``
     compare the render's globals with the running slurmctld's."""
@@ -119,6 +138,8 @@ def render_slurm_conf(args: argparse.Namespace, config: BridgeConfig) -> int:
         site_gres_types=sc.split_list(site.get("GresTypes")),
         default_partition=args.default_partition,
         return_to_service=args.return_to_service,
+        job_ready_program=_job_ready_program(args),
+        site_prolog_slurmctld=site.get("PrologSlurmctld", "") or "",
         source=config.source,
     )
     series = sc.series_of(version)
@@ -165,7 +186,8 @@ SuspendTimeout and ResumeTimeout (so the site's own nodes keep the site's power 
 only these globals: ResumeProgram, SuspendProgram, ResumeFailProgram, SlurmctldParameters
 (the site's list plus enable_configless, idle_on_node_suspend and, on 22.05, cloud_reg_addrs)
 and GresTypes when a pool has Gres (the site's types plus the pools'). Every other global is
-written only when its option is given. --check names every global the render would change.
+written only when its option is given (PrologSlurmctld with --job-ready-prolog: recommended).
+--check names every global the render would change.
 
 Timeouts for pods behind a cluster autoscaler: a node must register before ResumeTimeout, so
   --resume-timeout > schedule_timeout_s (the pool's autoscaler patience)
@@ -244,6 +266,15 @@ def add_render_parser(
         action="store_true",
         help="add cloud to the global PrivateData (22.05 only: it hides CLOUD nodes without it)",
     )
+    p.add_argument(
+        "--job-ready-prolog",
+        action="store_true",
+        help="global PrologSlurmctld=slurm_plugins/job_ready: it returns once a job's nodes "
+        "are up, so a job that waited for pods starts then, not at slurmctld's next periodic "
+        "check (~25 s later; see README 'Job start'). Refused when the site has a "
+        "PrologSlurmctld of its own",
+    )
+    p.add_argument("--job-ready-program", help="PrologSlurmctld for --job-ready-prolog")
     p.add_argument("--tree-width", type=int, help="global TreeWidth")
     p.add_argument("--default-partition", help="mark this bridge partition Default=YES")
     p.add_argument(

@@ -1,4 +1,4 @@
-# Shared by resume, suspend, resume_fail and node_event; sourced, never run on its own.
+# Shared by resume, suspend, resume_fail, node_event and job_ready; sourced, never run on its own.
 #
 # slurmctld runs its hooks with no PATH (only PWD, SHLVL, SLURM_CONF, and SLURM_RESUME_FILE for
 # a resume), so this uses shell builtins and absolute paths only. It finds:
@@ -9,8 +9,9 @@
 #   Python     otherwise: SKB_PYTHON, else <repo>/.venv/bin/python, else /usr/bin/python3
 # and then execs `skb-hook <kind> <args>` or `python -m bridge.hooks <kind> <args>`, which does
 # the work.
-# Expects: skb_kind (resume|suspend|resume_fail|node_event), skb_self (the hook's real path,
-# symlinks resolved), "$@" as slurmctld passed it.
+# job_ready (PrologSlurmctld) calls no bridge: it waits in job_ready.sh, then exits 0.
+# Expects: skb_kind (resume|suspend|resume_fail|node_event|job_ready), skb_self (the hook's real
+# path, symlinks resolved), "$@" as slurmctld passed it.
 
 skb_invoked=$0
 case $skb_invoked in */*) ;; *) skb_invoked=./$skb_invoked ;; esac
@@ -23,7 +24,7 @@ if [ -r "$skb_env" ]; then
     while IFS= read -r skb_line || [ -n "$skb_line" ]; do
         case $skb_line in
             SKB_HOOK_CLIENT=* | SKB_PYTHON=* | SKB_SOCKET=* | SKB_SLURM_BIN=* | SKB_HOOK_LOG=* | \
-            SKB_TIMEOUT_S=* | SKB_TLS_CERT=* | SKB_TLS_KEY=* | SKB_TLS_CA=*)
+            SKB_TIMEOUT_S=* | SKB_TLS_CERT=* | SKB_TLS_KEY=* | SKB_TLS_CA=* | SKB_JOB_READY_MAX_S=*)
                 skb_key=${skb_line%%=*}
                 skb_value=${skb_line#*=}
                 case $skb_value in
@@ -34,6 +35,10 @@ if [ -r "$skb_env" ]; then
                 ;;
         esac
     done <"$skb_env"
+fi
+
+if [ "$skb_kind" = job_ready ]; then
+    . "$skb_dir/job_ready.sh"
 fi
 
 # The Go client first: no interpreter to start, so no Python check to pay for either.

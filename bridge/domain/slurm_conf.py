@@ -132,6 +132,8 @@ def render_slurm_conf(
     site_gres_types: Sequence[str] = (),
     default_partition: str | None = None,
     return_to_service: int | None = None,
+    job_ready_program: str | None = None,
+    site_prolog_slurmctld: str = "",
     source: str = "the bridge configuration",
 ) -> str:
     """The slurm.conf text for ``pools`` with power saving wired to the bridge's hooks.
@@ -145,7 +147,10 @@ def render_slurm_conf(
     ``config_overrides`` (Slurm trusts the configured CPUs/RealMemory: slurmd in a pod sees
     the host's hardware, not the pod's limits), ``private_data_cloud`` (22.05 only: it hides
     CLOUD nodes from sinfo/scontrol, the bridge's included, without it), ``tree_width``,
-    ``default_partition`` (``Default=YES`` on that bridge partition), ``return_to_service``.
+    ``default_partition`` (``Default=YES`` on that bridge partition), ``return_to_service``,
+    ``job_ready_program`` (``PrologSlurmctld``: slurm_plugins/job_ready, which returns once a
+    job's nodes are up, so the job starts then and not at slurmctld's next periodic check;
+    refused when the site runs another PrologSlurmctld, ``site_prolog_slurmctld``).
     """
     series = series_of(slurm_version)
     if not pools.pools:
@@ -204,6 +209,15 @@ def render_slurm_conf(
             return_to_service=return_to_service,
         )
     )
+    if job_ready_program is not None:
+        prolog = _program("job_ready_program", job_ready_program)
+        if site_prolog_slurmctld and site_prolog_slurmctld != prolog:
+            raise ConfigError(
+                f"job_ready_program: the site already runs PrologSlurmctld="
+                f"{site_prolog_slurmctld} (Slurm takes one); call {prolog} at the end of it "
+                "(it needs SLURM_JOB_ID and SLURM_JOB_NODELIST) or render without it"
+            )
+        globals_["PrologSlurmctld"] = prolog
     gres_types = sorted({word.split(":", 1)[0] for pool in pools for word in pool.gres})
     if gres_types:
         globals_["GresTypes"] = ",".join(merge_list(split_list(site_gres_types), gres_types))

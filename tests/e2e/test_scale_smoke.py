@@ -30,10 +30,10 @@ def test_200_nodes_resumed_through_the_hook_all_pods_exist_then_go(
     with resume_scale.Ground.open() as ground:
         lean = ground.measure("lean", NODES)
         bridge = ground.measure("bridge", NODES)
-        samples = ground.hook_samples(NODES, 2)
+        samples = ground.hook_samples(NODES, 2)  # the Go client, as hook.sh picks it
         hook_log = (ground.bridge.work / "hooks.log").read_text()
         left = resume_scale.pods_exist(ground.admin, resume_scale.SELECTORS["bridge"])
-    results = resume_scale.Results((lean, bridge), ((NODES, tuple(samples)),))
+    results = resume_scale.Results((lean, bridge), (("go", NODES, tuple(samples)),))
     for line in resume_scale.table_lines(results):
         print("  ".join(line))
     resumes = [line for line in hook_log.splitlines() if " resume " in line]

@@ -226,6 +226,38 @@ def test_render_errors(pools: tuple[NodePool, ...], options: dict[str, Any], mes
         render_slurm_conf(PoolSet(pools), **(HOOKS | options))
 
 
+@pytest.mark.parametrize(
+    ("options", "line", "error"),
+    [
+        ({}, None, None),
+        ({"job_ready_program": "/opt/skb/job_ready"}, "PrologSlurmctld=/opt/skb/job_ready", None),
+        (  # the site's value is ours already (a second render): no conflict
+            {
+                "job_ready_program": "/opt/skb/job_ready",
+                "site_prolog_slurmctld": "/opt/skb/job_ready",
+            },
+            "PrologSlurmctld=/opt/skb/job_ready",
+            None,
+        ),
+        (
+            {"job_ready_program": "/opt/skb/job_ready", "site_prolog_slurmctld": "/etc/slurm/p.sh"},
+            None,
+            "the site already runs PrologSlurmctld=/etc/slurm/p.sh",
+        ),
+        ({"job_ready_program": "job_ready"}, None, "job_ready_program: must be an absolute path"),
+    ],
+)
+def test_job_ready_prolog(options: dict[str, Any], line: str | None, error: str | None) -> None:
+    pools = PoolSet((pool("cpu", "cpu-0"),))
+    if error:
+        with pytest.raises(ConfigError, match=re.escape(error)):
+            render_slurm_conf(pools, **HOOKS, **options)
+        return
+    text = render_slurm_conf(pools, **HOOKS, **options)
+    prologs = [x for x in text.splitlines() if x.startswith("PrologSlurmctld=")]
+    assert prologs == ([line] if line else [])
+
+
 SHOW_CONFIG_22_05 = """\
 Configuration data as of 2026-12-03T08:30:42
 PrivateData             = cloud

@@ -112,3 +112,11 @@ def start_bridge(layout: Layout, state: State, config: Path | None = None) -> in
     )
     wait_until("bridge socket", _socket_answers, timeout_s=30, log_path=layout.logs / "bridge.log")
     return pid
+
+
+def metrics_url(layout: Layout) -> str:
+    """Where the ground's bridge serves Prometheus metrics (its bridge.metrics_address)."""
+    from bridge.config import load_config  # noqa: PLC0415 (pydantic: only when asked)
+
+    address = load_config(str(bridge_config_path(layout))).bridge.metrics_address
+    return f"http://{address}/metrics" if address else "(off: bridge.metrics_address is empty)"

@@ -13,7 +13,7 @@ from datetime import datetime
 from . import ground, kube
 from .bridge_daemon import SHARED_DIR
 from .layout import NAMESPACE, Layout
-from .slurm import SUSPEND_TIME, slurm_env
+from .slurm import SUSPEND_TIME, running_series, slurm_env
 
 #: The workload: (partition, nodes, command). Small enough for a 2-core machine.
 WORKLOAD = (
@@ -222,13 +222,20 @@ def _summary(layout: Layout, watch: Watch, jobs: list[int], env: dict[str, str])
         f"  jobs completed: {completed}/{len(jobs)}; nodes resumed: {len(resumed)}; "
         f"nodes suspended again: {len(suspended)}"
     )
-    print("  resume latency per node (from the bridge's resume call; polled at ~1 s):")
-    print(f"    {'node':8} {'pod Running':>12} {'node up':>10} {'job start':>10} {'suspended':>10}")
+    print(
+        f"  resume latency per node on Slurm {running_series(layout)} (from the bridge's resume "
+        "call; polled at ~1 s):"
+    )
+    print(
+        f"    {'node':8} {'pod Running':>12} {'node up':>10} {'job start':>10} {'suspended':>10}"
+        f" {'node up -> job start':>21}"
+    )
     for name in sorted(resumed):
         t = watch.nodes[name]
         print(
             f"    {name:8} {_fmt(t.pod_running, t.hook):>12} {_fmt(t.slurm_up, t.hook):>10} "
             f"{_fmt(t.job_start, t.hook):>10} {_fmt(t.suspended, t.hook):>10}"
+            f" {_fmt(t.job_start, t.slurm_up):>21}"
         )
     print(f"""
 ==> the proving ground stays up. Try:

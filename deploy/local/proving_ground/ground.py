@@ -194,6 +194,7 @@ def summary(layout: Layout) -> str:
             f"  slurm.conf:  {layout.slurm_conf}",
             f"  logs:        {layout.logs}",
             f"  bridge:      {bridge_daemon.BRIDGE_SOCKET} (log {layout.logs / 'bridge.log'})",
+            f"  metrics:     {bridge_daemon.metrics_url(layout)}",
             f"  try:         source {layout.local / 'env'}; sinfo; kubectl get nodes",
         ]
     )
