@@ -7,6 +7,13 @@ Fields the bridge owns are rejected in templates by :func:`template_problems` in
 overwritten silently; fields with a bridge default (resources, privileged, grace period ...) keep
 whatever the template sets.
 
+auth/slurm (Slurm 24.11+) and a mounted slurm.conf are the pool's choice, made in its template:
+volumes for a ``slurm.key`` Secret (and a slurm.conf ConfigMap) plus the slurmd container's env
+``SLURM_KEY_FILE`` (default ``/etc/slurm-secret/slurm.key``; the entrypoint uses auth/slurm when
+it exists) and ``SLURM_CONF_FILE`` (run ``slurmd -f`` it instead of configless). The bridge
+renders the same overlay either way, so the munge Secret must exist even when unused; see
+deploy/images/slurmd/README.md.
+
 The result is plain JSON (camelCase keys) as the API server accepts it.
 """
 
