@@ -88,7 +88,7 @@ class BreakerSection(BaseModel):
 
 
 def _breaker(value: Any) -> Any:
-    # Written out empty (``circuit_breaker:``) reads as the defaults, which are off.
+    # Written out empty (``circuit_breaker:``) it is None: as if absent (the default, off).
     if value is not None and not isinstance(value, Mapping):
         raise FieldProblem(f"must be a mapping, got {show(value)}")
     return value
