@@ -213,8 +213,9 @@ class BridgeService:
                 self._log_breaker(change)
             return self.breakers.status(now)
 
-    def resume_pool(self, pool: str, request_id: str) -> PoolBreakerStatus:
-        """Close ``pool``'s breaker by hand (``pool resume``); its state afterwards."""
+    def resume_pool(self, pool: str, request_id: str) -> tuple[PoolBreakerStatus, bool]:
+        """Close ``pool``'s breaker by hand (``pool resume``); its state afterwards, and whether
+        it was paused. An unknown pool is :class:`InvalidInput` naming it."""
         if self.config.pools.by_name(pool) is None:
             names = ", ".join(p.name for p in self.config.pools)
             raise InvalidInput(f"pool: {pool!r} is not a configured pool (pools: {names})")
@@ -225,7 +226,7 @@ class BridgeService:
                 self._log_breaker(change)
             else:
                 log.info("request %s: pool %s was not paused", request_id, pool)
-            return self.breakers.status(now, [pool])[0]
+            return self.breakers.status(now, [pool])[0], change is not None
 
     def _validate_resume(
         self, hostlist: str, resume_file: str, request_id: str

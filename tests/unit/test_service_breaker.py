@@ -154,7 +154,8 @@ def test_the_pause_ends_by_itself_and_half_open_reopens_at_once(
 def test_pool_resume_by_hand_closes_the_breaker(caplog: pytest.LogCaptureFixture) -> None:
     w = World()
     w.pause_cpu()
-    row = w.service.resume_pool("cpu", "r9")
+    row, was_paused = w.service.resume_pool("cpu", "r9")
+    assert was_paused
     assert (row.pool, row.state, row.paused_until) == ("cpu", BreakerState.CLOSED, None)
     assert "pool cpu resumed: resumed by hand" in caplog.text
     w.pods.create_calls.clear()
