@@ -196,12 +196,16 @@ class BridgeService:
                     if change is not None:
                         self._log_breaker(change)
 
+    def _expire_pauses(self, now: datetime) -> None:
+        """Log the pauses that ended by ``now`` (each once); the caller holds the lock."""
+        for change in self.breakers.expire(now):
+            self._log_breaker(change)
+
     def _paused_pools(self, pools: Iterable[str]) -> dict[str, str]:
         """Pool name → the PoolPaused reason, for those of ``pools`` whose breaker is open."""
         with self._breaker_lock:
             now = self.clock()
-            for change in self.breakers.expire(now):
-                self._log_breaker(change)
+            self._expire_pauses(now)
             reasons = {pool: self.breakers.paused(pool, now) for pool in pools}
         return {pool: reason for pool, reason in reasons.items() if reason is not None}
 
@@ -209,8 +213,7 @@ class BridgeService:
         """Every pool's circuit breaker (``pool list``)."""
         with self._breaker_lock:
             now = self.clock()
-            for change in self.breakers.expire(now):
-                self._log_breaker(change)
+            self._expire_pauses(now)
             return self.breakers.status(now)
 
     def resume_pool(self, pool: str, request_id: str) -> tuple[PoolBreakerStatus, bool]:
@@ -426,7 +429,10 @@ class BridgeService:
             started = time.monotonic()
             nodes, pods, events = self.observe()
             self.metrics.observe_state(nodes, pods, time.monotonic())
-            actions = plan(nodes, pods, self.config.pools, self.clock(), self.guards, events=events)
+            now = self.clock()
+            with self._breaker_lock:
+                self._expire_pauses(now)  # a pause's end is logged within a pass
+            actions = plan(nodes, pods, self.config.pools, now, self.guards, events=events)
             if actions:
                 self.execute(actions)
             self.metrics.reconcile_pass(time.monotonic() - started, actions)

@@ -145,16 +145,34 @@ def pause_reason(pool: str, until: datetime, last_reason: str) -> str:
     return our_reason(POOL_PAUSED, f"pool {pool} paused until {when}: {last}")
 
 
+#: DOWN reasons of ours that say nothing against the pool: the breaker's own, a pod gone missing,
+#: and Kubernetes moving a pod away (a drain, a preemption, a taint, node pressure, a delete).
+NOT_COUNTED = frozenset(
+    {
+        POOL_PAUSED,
+        "PodMissing",
+        "Deleted",
+        "DisruptionTarget",
+        "EvictionByEvictionAPI",
+        "PreemptionByScheduler",
+        "DeletionByTaintManager",
+        "TerminationByKubelet",
+        "Evicted",
+    }
+)
+
+
 def is_fail_fast(reason: str) -> bool:
     """Whether a DOWN with ``reason`` counts against the node's pool.
 
-    Only the bridge's own reasons about a pod that cannot run: not an admin's, not PoolPaused
-    (the breaker's own effect), not PodMissing (the pod went away; nothing says it cannot run).
+    Only the bridge's own reasons about a pod that cannot run (or that Kubernetes refused for
+    good); not an admin's reason, not those in :data:`NOT_COUNTED`: draining a Kubernetes node
+    that hosts five pods of a healthy pool must not pause it.
     """
     if not reason.startswith(REASON_PREFIX):
         return False
     kind = reason.removeprefix(REASON_PREFIX).split(":", 1)[0]
-    return kind not in (POOL_PAUSED, "PodMissing")
+    return kind not in NOT_COUNTED
 
 
 class CircuitBreakers:
