@@ -130,7 +130,8 @@ const (
 	// No configured node pool owns the node. Nothing was done in Slurm or Kubernetes (the name may
 	// be a static node running jobs). Fix the bridge config or slurm.conf.
 	ErrorClass_ERROR_CLASS_UNKNOWN_NODE ErrorClass = 2
-	// Kubernetes cannot place the pod (quota, unschedulable). The node was marked DOWN.
+	// Kubernetes cannot place the pod (quota, unschedulable), or the node's pool is paused by its
+	// circuit breaker (no pod was created; see ListPools). The node was marked DOWN.
 	ErrorClass_ERROR_CLASS_NO_CAPACITY ErrorClass = 3
 	// Worth retrying later (Kubernetes API unavailable, timeouts).
 	ErrorClass_ERROR_CLASS_TRANSIENT ErrorClass = 4
