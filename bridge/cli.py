@@ -1,8 +1,8 @@
 """``slurm-k8s-bridge``: the bridge's one command line (serve, the hook calls, status, tools).
 
 The parser and the small commands are here; the hook calls to a running bridge are in
-:mod:`bridge.cli_calls`, ``status`` is in :mod:`bridge.cli_status`, ``render-slurm-conf`` is in
-:mod:`bridge.cli_slurm_conf`.
+:mod:`bridge.cli_calls`, ``status`` is in :mod:`bridge.cli_status`, ``pool`` is in
+:mod:`bridge.cli_pools`, ``render-slurm-conf`` is in :mod:`bridge.cli_slurm_conf`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from bridge import cli_calls, cli_slurm_conf, cli_status
+from bridge import cli_calls, cli_pools, cli_slurm_conf, cli_status
 from bridge.domain.hostlist import expand
 from bridge.errors import BridgeError
 from bridge.settings import DEFAULT_CONFIG_PATH as DEFAULT_PATH
@@ -40,6 +40,10 @@ def cmd_hook(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     return cli_status.show_status(_target(args), args)
+
+
+def cmd_pool(args: argparse.Namespace) -> int:
+    return cli_pools.call_pool(_target(args), args, sys.stdout)
 
 
 def cmd_render_slurm_conf(args: argparse.Namespace) -> int:
@@ -126,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=cmd_hook)
 
     cli_status.add_status_parser(sub).set_defaults(func=cmd_status)
+
+    cli_pools.add_pool_parser(sub).set_defaults(func=cmd_pool)
 
     cli_slurm_conf.add_render_parser(sub).set_defaults(func=cmd_render_slurm_conf)
 

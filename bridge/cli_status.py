@@ -13,14 +13,18 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
+from bridge.domain.circuit import BreakerState
 from bridge.domain.hostlist import expand
 from bridge.domain.nodes import SUFFIX_FLAGS, SlurmNode
 from bridge.domain.results import NodeStatus
 from bridge.domain.stuck import DEFAULT_AFTER, POD_PHASES, Sighting, track
 from bridge.errors import BridgeError, InvalidInput
 from bridge.status_report import StatusOptions, iso_utc, render
+
+if TYPE_CHECKING:
+    from bridge.client import BridgeClient
 
 EXIT_OK, EXIT_STUCK, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
@@ -274,6 +278,20 @@ def status_watch(
         return EXIT_OK
 
 
+def paused_pools_note(client: BridgeClient) -> str:
+    """One line per paused pool (``pool NAME paused until ...: reason``), or ""; a bridge that
+    cannot tell (older, no ListPools) is left out silently: the table is the answer."""
+    try:
+        pools = client.list_pools()
+    except BridgeError:
+        return ""
+    return "\n".join(
+        f"pool {b.pool} paused until {iso_utc(b.paused_until)}: {b.last_reason or '-'}"
+        for b in pools
+        if b.state is BreakerState.OPEN and b.paused_until is not None
+    )
+
+
 def show_status(target: str, args: argparse.Namespace) -> int:
     """``status`` against the bridge at ``target``."""
     from bridge.client import BridgeClient  # grpc: only for the commands that call the bridge
@@ -290,7 +308,10 @@ def show_status(target: str, args: argparse.Namespace) -> int:
             return client.list_nodes("")
 
         if opts.watch is None:
-            return status_once(opts, fetch, sys.stdout, sys.stderr, datetime.now(UTC))
+            code = status_once(opts, fetch, sys.stdout, sys.stderr, datetime.now(UTC))
+            if not (opts.json or opts.quiet) and code in (EXIT_OK, EXIT_STUCK):
+                _print(sys.stdout, paused_pools_note(client))
+            return code
         return status_watch(
             opts,
             fetch,

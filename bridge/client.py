@@ -20,6 +20,7 @@ import grpc
 
 from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
 from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
+from bridge.domain.circuit import PoolBreakerStatus
 from bridge.domain.results import NodeResult, NodeStatus
 from bridge.errors import BridgeError, CallerNotAllowed, InvalidInput, TransientBackendError
 from bridge.settings import DEFAULT_TARGET
@@ -28,6 +29,7 @@ from bridge.wire import (
     ERROR_METADATA_KEY,
     NODE_EVENT_KIND_TO_PB,
     NODE_EVENT_KINDS,
+    breaker_from_pb,
     result_from_pb,
     status_from_pb,
 )
@@ -163,6 +165,19 @@ class BridgeClient:
         req = pb.ListNodesRequest(hostlist=hostlist)
         resp = self._call(lambda t: self._stub.ListNodes(req, timeout=t))
         return [status_from_pb(n) for n in resp.nodes]
+
+    def list_pools(self) -> list[PoolBreakerStatus]:
+        """ListPools: every pool's circuit breaker, in configuration order."""
+        req = pb.ListPoolsRequest()
+        resp = self._call(lambda t: self._stub.ListPools(req, timeout=t))
+        return [breaker_from_pb(p) for p in resp.pools]
+
+    def resume_pool(self, pool: str, request_id: str = "") -> tuple[PoolBreakerStatus, bool]:
+        """ResumePool: close ``pool``'s circuit breaker; its state after, and whether it was
+        paused. An unknown pool raises :class:`InvalidInput`."""
+        req = pb.ResumePoolRequest(pool=pool, request_id=request_id)
+        resp = self._call(lambda t: self._stub.ResumePool(req, timeout=t))
+        return breaker_from_pb(resp.pool), resp.was_paused
 
     def _call(self, rpc: Callable[[float], _T]) -> _T:
         """Run ``rpc(timeout)``, retrying UNAVAILABLE within the overall deadline."""

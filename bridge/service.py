@@ -15,6 +15,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from bridge.domain.circuit import (
+    BreakerChange,
+    BreakerPolicy,
+    CircuitBreakers,
+    PoolBreakerStatus,
+    is_fail_fast,
+)
 from bridge.domain.hostlist import compress, expand
 from bridge.domain.node_names import check_node_name
 from bridge.domain.nodes import SlurmNode, our_reason
@@ -93,6 +100,13 @@ class BridgeService:
         self._reconcile_lock = threading.Lock()
         #: Creates for the resumes answered before their pods exist (accept_resume).
         self.resumes = ResumeDispatcher()
+        default = config.bridge.circuit_breaker or BreakerPolicy()
+        #: Each pool's circuit breaker over fail-fasts; guarded by ``_breaker_lock`` (RPCs,
+        #: resume threads and the reconcile loop all record and consult it).
+        self.breakers = CircuitBreakers(
+            {pool.name: pool.circuit_breaker or default for pool in config.pools}
+        )
+        self._breaker_lock = threading.Lock()
 
     # -- hooks -----------------------------------------------------------------------------------
 
@@ -143,15 +157,79 @@ class BridgeService:
             log.warning("not setting %s DOWN: Slurm does not list it as CLOUD", compress(others))
         return [n for n in nodes if n in cloud]
 
-    def _mark_down(self, nodes: Sequence[str], reason: str) -> None:
+    def _mark_down(self, nodes: Sequence[str], reason: str) -> bool:
+        """Set ``nodes`` DOWN with ``reason``; whether Slurm took it."""
         if not nodes:
-            return
+            return False
         try:
             self.slurm.update_nodes(nodes, state="down", reason=reason)
             log.warning("set DOWN %s: %s", compress(nodes), reason)
             self.metrics.fail_fast(reason, len(nodes))
         except BridgeError as e:
             log.error("could not set DOWN %s (%s): %s", compress(nodes), reason, e)
+            return False
+        return True
+
+    # -- circuit breaker -------------------------------------------------------------------------
+
+    def _log_breaker(self, change: BreakerChange) -> None:
+        if change.paused:
+            log.warning(
+                "pool %s paused until %s (no new pods): %s",
+                change.pool,
+                change.until.isoformat() if change.until else "?",
+                change.why,
+            )
+        else:
+            log.warning("pool %s resumed: %s", change.pool, change.why)
+
+    def _fail_fasts(self, nodes: Sequence[str], reason: str) -> None:
+        """Count a fail-fast per node of ``nodes`` (set DOWN with ``reason``) against its pool."""
+        if not is_fail_fast(reason):
+            return
+        groups, _ = self.config.pools.group(nodes)
+        with self._breaker_lock:
+            now = self.clock()
+            for pool, members in groups.items():
+                for _ in members:
+                    change = self.breakers.record_fail_fast(pool, reason, now)
+                    if change is not None:
+                        self._log_breaker(change)
+
+    def _expire_pauses(self, now: datetime) -> None:
+        """Log the pauses that ended by ``now`` (each once); the caller holds the lock."""
+        for change in self.breakers.expire(now):
+            self._log_breaker(change)
+
+    def _paused_pools(self, pools: Iterable[str]) -> dict[str, str]:
+        """Pool name → the PoolPaused reason, for those of ``pools`` whose breaker is open."""
+        with self._breaker_lock:
+            now = self.clock()
+            self._expire_pauses(now)
+            reasons = {pool: self.breakers.paused(pool, now) for pool in pools}
+        return {pool: reason for pool, reason in reasons.items() if reason is not None}
+
+    def pool_status(self) -> list[PoolBreakerStatus]:
+        """Every pool's circuit breaker (``pool list``)."""
+        with self._breaker_lock:
+            now = self.clock()
+            self._expire_pauses(now)
+            return self.breakers.status(now)
+
+    def resume_pool(self, pool: str, request_id: str) -> tuple[PoolBreakerStatus, bool]:
+        """Close ``pool``'s breaker by hand (``pool resume``); its state afterwards, and whether
+        it was paused. An unknown pool is :class:`InvalidInput` naming it."""
+        if self.config.pools.by_name(pool) is None:
+            names = ", ".join(p.name for p in self.config.pools)
+            raise InvalidInput(f"pool: {pool!r} is not a configured pool (pools: {names})")
+        with self._breaker_lock:
+            now = self.clock()
+            change = self.breakers.resume(pool, now)
+            if change is not None:
+                self._log_breaker(change)
+            else:
+                log.info("request %s: pool %s was not paused", request_id, pool)
+            return self.breakers.status(now, [pool])[0], change is not None
 
     def _validate_resume(
         self, hostlist: str, resume_file: str, request_id: str
@@ -218,6 +296,15 @@ class BridgeService:
     ) -> list[NodeResult]:
         """Render and create the pods of ``groups`` (pool name → nodes); one result per node."""
         results: list[NodeResult] = []
+        paused = self._paused_pools(groups)
+        for pool_name, reason in paused.items():
+            nodes = groups[pool_name]
+            log.warning("request %s: not creating %s: %s", request_id, compress(nodes), reason)
+            results += [
+                NodeResult(n, Outcome.FAILED, ErrorClass.NO_CAPACITY, reason) for n in nodes
+            ]
+            self._mark_down(self._cloud_nodes(nodes), reason)
+        groups = {pool: nodes for pool, nodes in groups.items() if pool not in paused}
         settings = self.config.pod_settings()
         manifests: list[dict[str, Any]] = []
         for pool_name, nodes in groups.items():
@@ -225,7 +312,7 @@ class BridgeService:
             if pool is None:  # group() only returns names of pools it has
                 raise BridgeError(f"internal: pool {pool_name!r} vanished")
             manifests.extend(render_pods(pool, nodes, settings))
-        outcome = self.pods.create_pods(manifests)
+        outcome = self.pods.create_pods(manifests) if manifests else {}
         failed: dict[str, list[str]] = defaultdict(list)
         for node, result in outcome.items():
             if isinstance(result, BridgeError):
@@ -250,7 +337,9 @@ class BridgeService:
                 )
         # Kubernetes said no for good: fail fast so Slurm requeues instead of waiting.
         for reason, nodes in failed.items():
-            self._mark_down(self._cloud_nodes(nodes), reason)
+            down = self._cloud_nodes(nodes)
+            if self._mark_down(down, reason):
+                self._fail_fasts(down, reason)
         return results
 
     def _delete(
@@ -340,7 +429,10 @@ class BridgeService:
             started = time.monotonic()
             nodes, pods, events = self.observe()
             self.metrics.observe_state(nodes, pods, time.monotonic())
-            actions = plan(nodes, pods, self.config.pools, self.clock(), self.guards, events=events)
+            now = self.clock()
+            with self._breaker_lock:
+                self._expire_pauses(now)  # a pause's end is logged within a pass
+            actions = plan(nodes, pods, self.config.pools, now, self.guards, events=events)
             if actions:
                 self.execute(actions)
             self.metrics.reconcile_pass(time.monotonic() - started, actions)
@@ -358,7 +450,8 @@ class BridgeService:
                     continue
                 down_by_reason[action.reason].append(action.node)
         for reason, nodes in down_by_reason.items():
-            self._mark_down(nodes, reason)
+            if self._mark_down(nodes, reason):
+                self._fail_fasts(nodes, reason)
             for node in nodes:
                 self.pods.record_event(
                     node, "SlurmNodeDown", f"Slurm node {node} set DOWN: {reason}", warning=True

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from bridge.domain.circuit import BreakerPolicy
     from bridge.domain.pod_rendering import PodSettings
     from bridge.domain.pools import NodePool, PoolSet
 
@@ -73,6 +74,9 @@ class BridgeSettings:
     #: Over TCP: client certificate CNs/SANs allowed to call; empty allows any certificate
     #: signed by ``tls_client_ca``.
     tls_client_names: tuple[str, ...] = ()
+    #: The circuit breaker of every pool that sets none: ``failures`` fail-fasts within
+    #: ``window_s`` stop that pool's pods for ``pause_s``. None (the default): off.
+    circuit_breaker: BreakerPolicy | None = None
 
 
 #: The file's sections, in the order they are read and written.
@@ -115,6 +119,8 @@ class BridgeConfig:
             section = getattr(self, name)
             result[name] = {f.name: getattr(section, f.name) for f in fields(section)}
         result["bridge"]["socket_mode"] = f"0{self.bridge.socket_mode:o}"
+        breaker = self.bridge.circuit_breaker
+        result["bridge"]["circuit_breaker"] = breaker.as_dict() if breaker else None
         result["pools"] = [_pool_to_dict(pool) for pool in self.pools]
         return result
 
@@ -133,6 +139,7 @@ def _pool_to_dict(pool: NodePool) -> dict[str, Any]:
         "schedule_timeout_s": pool.schedule_timeout_s,
         "image_pull_timeout_s": pool.image_pull_timeout_s,
         "pod_template": _plain(pool.pod_template),
+        "circuit_breaker": pool.circuit_breaker.as_dict() if pool.circuit_breaker else None,
     }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC
 
 from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
+from bridge.domain.circuit import BreakerPolicy, BreakerState, PoolBreakerStatus
 from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
 
 #: Event kinds NodeEvent accepts (strigger's node events), as the use cases spell them.
@@ -35,6 +36,12 @@ ERROR_CLASS_TO_PB: dict[ErrorClass, pb.ErrorClass] = {
     ErrorClass.TRANSIENT: pb.ERROR_CLASS_TRANSIENT,
     ErrorClass.INTERNAL: pb.ERROR_CLASS_INTERNAL,
 }
+BREAKER_STATE_TO_PB: dict[BreakerState, pb.BreakerState] = {
+    BreakerState.OFF: pb.BREAKER_STATE_OFF,
+    BreakerState.CLOSED: pb.BREAKER_STATE_CLOSED,
+    BreakerState.OPEN: pb.BREAKER_STATE_OPEN,
+    BreakerState.HALF_OPEN: pb.BREAKER_STATE_HALF_OPEN,
+}
 #: Trailing metadata key the server sets on whole-call errors it raised on purpose, so an
 #: UNAVAILABLE from a bridge backend is told apart from "could not reach the bridge at all".
 ERROR_METADATA_KEY = "skb-error"
@@ -42,6 +49,7 @@ ERROR_METADATA_KEY = "skb-error"
 _NODE_EVENT_KIND_FROM_PB = {v: k for k, v in NODE_EVENT_KIND_TO_PB.items()}
 _OUTCOME_FROM_PB = {v: k for k, v in OUTCOME_TO_PB.items()}
 _ERROR_CLASS_FROM_PB = {v: k for k, v in ERROR_CLASS_TO_PB.items()}
+_BREAKER_STATE_FROM_PB = {v: k for k, v in BREAKER_STATE_TO_PB.items()}
 
 
 def node_event_kind_from_pb(kind: pb.NodeEventKind) -> str | None:
@@ -93,4 +101,32 @@ def status_from_pb(n: pb.NodeStatus) -> NodeStatus:
         pod_ip=n.pod_ip,
         reason=n.reason,
         since=n.since.ToDatetime(tzinfo=UTC) if n.HasField("since") else None,
+    )
+
+
+def breaker_to_pb(b: PoolBreakerStatus) -> pb.PoolBreaker:
+    """Proto breaker of one pool's breaker status (``paused_until`` left unset when None)."""
+    msg = pb.PoolBreaker(
+        pool=b.pool,
+        state=BREAKER_STATE_TO_PB[b.state],
+        failures=b.policy.failures,
+        window_s=b.policy.window_s,
+        pause_s=b.policy.pause_s,
+        recent_failures=b.recent_failures,
+        last_reason=b.last_reason,
+    )
+    if b.paused_until is not None:
+        msg.paused_until.FromDatetime(b.paused_until)
+    return msg
+
+
+def breaker_from_pb(b: pb.PoolBreaker) -> PoolBreakerStatus:
+    """Domain breaker status of one proto breaker; an unknown state reads as closed."""
+    return PoolBreakerStatus(
+        pool=b.pool,
+        state=_BREAKER_STATE_FROM_PB.get(b.state, BreakerState.CLOSED),
+        policy=BreakerPolicy(b.failures, b.window_s, b.pause_s),
+        recent_failures=b.recent_failures,
+        paused_until=b.paused_until.ToDatetime(tzinfo=UTC) if b.HasField("paused_until") else None,
+        last_reason=b.last_reason,
     )

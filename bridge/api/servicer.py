@@ -19,6 +19,7 @@ import grpc
 
 from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
 from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
+from bridge.domain.circuit import PoolBreakerStatus
 from bridge.domain.results import NodeResult, NodeStatus, Outcome
 from bridge.errors import (
     BackendError,
@@ -29,7 +30,13 @@ from bridge.errors import (
     InvalidInput,
     TransientBackendError,
 )
-from bridge.wire import ERROR_METADATA_KEY, node_event_kind_from_pb, result_to_pb, status_to_pb
+from bridge.wire import (
+    ERROR_METADATA_KEY,
+    breaker_to_pb,
+    node_event_kind_from_pb,
+    result_to_pb,
+    status_to_pb,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +78,14 @@ class BridgeUseCases(Protocol):
 
     def list_nodes(self, hostlist: str) -> list[NodeStatus]:
         """Slurm and Kubernetes state of ``hostlist`` (every pool's nodes when empty)."""
+        ...
+
+    def pool_status(self) -> list[PoolBreakerStatus]:
+        """Every pool's circuit breaker, in configuration order."""
+        ...
+
+    def resume_pool(self, pool: str, request_id: str) -> tuple[PoolBreakerStatus, bool]:
+        """Close ``pool``'s circuit breaker; its state after, and whether it was paused."""
         ...
 
 
@@ -208,6 +223,51 @@ class BridgeServicer(pb_grpc.BridgeServicer):
             (time.monotonic() - start) * 1000,
         )
         return pb.ListNodesResponse(nodes=[status_to_pb(n) for n in nodes])
+
+    def ListPools(  # noqa: N802
+        self, request: pb.ListPoolsRequest, context: grpc.ServicerContext
+    ) -> pb.ListPoolsResponse:
+        """See the proto."""
+        rid = _new_request_id()
+        start = time.monotonic()
+        try:
+            self._check_caller(context)
+            pools = self._use_cases.pool_status()
+        except Exception as e:  # every failure must become a status, not a stack trace
+            self._abort(context, rpc="ListPools", rid=rid, hostlist="", exc=e, start=start)
+        log.info(
+            "ListPools request_id=%s pools=%d open=%d elapsed_ms=%.1f",
+            rid,
+            len(pools),
+            sum(p.state == "open" for p in pools),
+            (time.monotonic() - start) * 1000,
+        )
+        return pb.ListPoolsResponse(pools=[breaker_to_pb(p) for p in pools])
+
+    def ResumePool(  # noqa: N802
+        self, request: pb.ResumePoolRequest, context: grpc.ServicerContext
+    ) -> pb.ResumePoolResponse:
+        """See the proto."""
+        rid = request.request_id or _new_request_id()
+        start = time.monotonic()
+        try:
+            self._check_caller(context)
+            if not request.pool.strip():
+                raise InvalidInput("pool: required, got an empty string")
+            pool, was_paused = self._use_cases.resume_pool(request.pool, rid)
+        except Exception as e:  # every failure must become a status, not a stack trace
+            self._abort(context, rpc="ResumePool", rid=rid, hostlist="", exc=e, start=start)
+        log.info(
+            "ResumePool request_id=%s pool=%s was_paused=%s state=%s elapsed_ms=%.1f",
+            rid,
+            pool.pool,
+            was_paused,
+            pool.state.value,
+            (time.monotonic() - start) * 1000,
+        )
+        return pb.ResumePoolResponse(
+            pool=breaker_to_pb(pool), was_paused=was_paused, request_id=rid
+        )
 
     def _mutate(
         self,

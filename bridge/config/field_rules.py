@@ -104,6 +104,26 @@ def count(maximum: int = MAX_COUNT) -> BeforeValidator:
     return BeforeValidator(Rule(read, from_env))
 
 
+def failure_count() -> BeforeValidator:
+    """A number of failures: 0 (off) or a positive integer."""
+
+    def read(value: Any) -> int:
+        _not_null(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+            raise FieldProblem(
+                f"must be 0 (off) or a positive integer up to {MAX_COUNT}, got {show(value)}"
+            )
+        return value
+
+    def from_env(text: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            raise FieldProblem(f"must be an integer, got {show(text)}") from None
+
+    return BeforeValidator(Rule(read, from_env))
+
+
 def seconds(*, positive: bool) -> BeforeValidator:
     """A finite number of seconds up to a year; above zero when ``positive``."""
     what = (

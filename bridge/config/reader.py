@@ -17,7 +17,13 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
 from bridge.config.field_rules import FieldProblem, Rule
-from bridge.config.schema import SECTION_MODELS, ConfigFile, PoolEntry
+from bridge.config.schema import (
+    SECTION_MODELS,
+    BreakerSection,
+    BridgeSection,
+    ConfigFile,
+    PoolEntry,
+)
 from bridge.config.yaml_lines import MAX_FILE_SIZE, LineIndex, read_yaml, show
 from bridge.domain.field_path import FieldPath, dotted
 from bridge.domain.pod_rendering import render_pod, template_image
@@ -45,6 +51,8 @@ def _env_fields() -> dict[str, tuple[FieldPath, Rule]]:
     }
     for section, model in SECTION_MODELS.items():
         for name, info in model.model_fields.items():
+            if name == "circuit_breaker":
+                continue  # a mapping: only from the file
             known[f"{ENV_PREFIX}{section}_{name}".upper()] = ((section, name), _env_rule(info))
     return known
 
@@ -91,6 +99,8 @@ def _model_at(path: FieldPath) -> type[BaseModel] | None:
         return SECTION_MODELS[str(path[0])]
     if len(path) == 2 and path[0] == "pools" and isinstance(path[1], int):
         return PoolEntry
+    if path[-1:] == ("circuit_breaker",) and _model_at(path[:-1]) in (BridgeSection, PoolEntry):
+        return BreakerSection
     return None
 
 
@@ -108,6 +118,7 @@ _POOL_CHECK_ORDER = (
     "pod_template",
     "features",
     "gres",
+    "circuit_breaker",
 )
 
 
@@ -212,7 +223,14 @@ def config_from_dict(
         cluster_name=file.cluster_name,
         kubernetes=KubernetesSettings(**dict(file.kubernetes)),
         slurm=SlurmSettings(**dict(file.slurm)),
-        bridge=BridgeSettings(**dict(file.bridge)),
+        bridge=BridgeSettings(
+            **{
+                **dict(file.bridge),
+                "circuit_breaker": file.bridge.circuit_breaker.policy
+                if file.bridge.circuit_breaker
+                else None,
+            }
+        ),
         source=source,
     )
 

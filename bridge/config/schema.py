@@ -15,6 +15,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr,
 from bridge.config import field_rules as rules
 from bridge.config.field_rules import FieldProblem
 from bridge.config.yaml_lines import show
+from bridge.domain.circuit import BreakerPolicy
 from bridge.domain.pod_rendering import SLURMD_CONTAINER, template_image, template_problems
 from bridge.domain.pools import NodePool, PoolError, PoolSet, dns_label_problem
 from bridge.settings import BridgeConfig, BridgeSettings, KubernetesSettings, SlurmSettings
@@ -70,6 +71,29 @@ class SlurmSection(BaseModel):
         return self
 
 
+class BreakerSection(BaseModel):
+    """``circuit_breaker:`` (in ``bridge:``, or a pool's) — see
+    :class:`~bridge.domain.circuit.BreakerPolicy`."""
+
+    model_config = _FILE
+
+    failures: Annotated[int, rules.failure_count()] = BreakerPolicy.failures
+    window_s: Annotated[float, rules.seconds(positive=True)] = BreakerPolicy.window_s
+    pause_s: Annotated[float, rules.seconds(positive=True)] = BreakerPolicy.pause_s
+
+    @property
+    def policy(self) -> BreakerPolicy:
+        """The policy this section describes."""
+        return BreakerPolicy(self.failures, self.window_s, self.pause_s)
+
+
+def _breaker(value: Any) -> Any:
+    # Written out empty (``circuit_breaker:``) it is None: as if absent (the default, off).
+    if value is not None and not isinstance(value, Mapping):
+        raise FieldProblem(f"must be a mapping, got {show(value)}")
+    return value
+
+
 class BridgeSection(BaseModel):
     """``bridge:`` — see :class:`~bridge.settings.BridgeSettings`."""
 
@@ -103,6 +127,8 @@ class BridgeSection(BaseModel):
     )
     allowed_callers: Annotated[tuple[str, ...], rules.names(rules.caller_names)] = ()
     tls_client_names: Annotated[tuple[str, ...], rules.names()] = ()
+    # Not from the environment (a mapping): the file's ``bridge.circuit_breaker``.
+    circuit_breaker: Annotated[BreakerSection | None, BeforeValidator(_breaker)] = None
 
     @model_validator(mode="after")
     def _listeners_are_safe(self) -> Self:
@@ -182,6 +208,8 @@ class PoolEntry(BaseModel):
     image_pull_timeout_s: Any = NodePool.image_pull_timeout_s
     # Any: the template is checked by the domain (template_problems), not by pydantic.
     pod_template: Annotated[Any, BeforeValidator(_template)] = Field(default_factory=dict)
+    #: None: the bridge's ``circuit_breaker``.
+    circuit_breaker: Annotated[BreakerSection | None, BeforeValidator(_breaker)] = None
     _pool: NodePool | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
@@ -219,6 +247,7 @@ class PoolEntry(BaseModel):
                 weight=self.weight,
                 schedule_timeout_s=self.schedule_timeout_s,
                 image_pull_timeout_s=self.image_pull_timeout_s,
+                circuit_breaker=self.circuit_breaker.policy if self.circuit_breaker else None,
             )
         except PoolError as e:
             raise FieldProblem(e.reason, e.path) from None

@@ -19,6 +19,7 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
+from bridge.domain.circuit import BreakerPolicy
 from bridge.domain.field_path import FieldPath, dotted
 from bridge.domain.hostlist import expand
 from bridge.domain.verdict import Patience
@@ -99,6 +100,8 @@ class NodePool:
     schedule_timeout_s: float = 300.0
     #: A retrying image pull this long after scheduling fails the node.
     image_pull_timeout_s: float = 120.0
+    #: This pool's circuit breaker; None: the bridge's default (``bridge.circuit_breaker``).
+    circuit_breaker: BreakerPolicy | None = None
 
     def __post_init__(self) -> None:
         # Deep copy: a caller changing its dict later must not change the pool.
@@ -125,6 +128,7 @@ class NodePool:
         weight: int | None = None,
         schedule_timeout_s: float = 300.0,
         image_pull_timeout_s: float = 120.0,
+        circuit_breaker: BreakerPolicy | None = None,
     ) -> NodePool:
         """Build a pool from its hostlist; the partition defaults to the pool's name."""
         try:
@@ -145,6 +149,7 @@ class NodePool:
             weight=weight,
             schedule_timeout_s=schedule_timeout_s,
             image_pull_timeout_s=image_pull_timeout_s,
+            circuit_breaker=circuit_breaker,
         )
 
     def _fail(self, path: str | FieldPath, message: str) -> PoolError:

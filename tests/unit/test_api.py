@@ -23,6 +23,7 @@ from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
 from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
 from bridge.api import SERVICE_NAME, BridgeServer, TlsServerFiles, build_server
 from bridge.client import NODE_EVENT_KINDS, BridgeClient, BridgeUnreachable, TlsFiles
+from bridge.domain.circuit import PoolBreakerStatus
 from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
 from bridge.errors import (
     BackendError,
@@ -95,6 +96,13 @@ class FakeUseCases:
         if self.error is not None:
             raise self.error
         return self.statuses
+
+    # The pools' breakers: tests/unit/test_pool_rpc.py runs them on a real BridgeService.
+    def pool_status(self) -> list[PoolBreakerStatus]:
+        return []
+
+    def resume_pool(self, pool: str, request_id: str) -> tuple[PoolBreakerStatus, bool]:
+        raise InvalidInput(f"pool: {pool!r} is not a configured pool")
 
 
 def _stub(ch: grpc.Channel) -> pb_grpc.BridgeStub:

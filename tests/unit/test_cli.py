@@ -25,6 +25,7 @@ SUBCOMMANDS = [
     "render-slurm-conf",
     "check-config",
     "hostnames",
+    "pool",
 ]
 
 

@@ -35,6 +35,14 @@ class NodeEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     NODE_EVENT_KIND_FAIL: _ClassVar[NodeEventKind]
     NODE_EVENT_KIND_UP: _ClassVar[NodeEventKind]
     NODE_EVENT_KIND_IDLE: _ClassVar[NodeEventKind]
+
+class BreakerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BREAKER_STATE_UNSPECIFIED: _ClassVar[BreakerState]
+    BREAKER_STATE_OFF: _ClassVar[BreakerState]
+    BREAKER_STATE_CLOSED: _ClassVar[BreakerState]
+    BREAKER_STATE_OPEN: _ClassVar[BreakerState]
+    BREAKER_STATE_HALF_OPEN: _ClassVar[BreakerState]
 OUTCOME_UNSPECIFIED: Outcome
 OUTCOME_OK: Outcome
 OUTCOME_REJECTED: Outcome
@@ -52,6 +60,11 @@ NODE_EVENT_KIND_DRAIN: NodeEventKind
 NODE_EVENT_KIND_FAIL: NodeEventKind
 NODE_EVENT_KIND_UP: NodeEventKind
 NODE_EVENT_KIND_IDLE: NodeEventKind
+BREAKER_STATE_UNSPECIFIED: BreakerState
+BREAKER_STATE_OFF: BreakerState
+BREAKER_STATE_CLOSED: BreakerState
+BREAKER_STATE_OPEN: BreakerState
+BREAKER_STATE_HALF_OPEN: BreakerState
 
 class NodeResult(_message.Message):
     __slots__ = ("node", "outcome", "error_class", "message")
@@ -166,3 +179,51 @@ class ListNodesResponse(_message.Message):
     NODES_FIELD_NUMBER: _ClassVar[int]
     nodes: _containers.RepeatedCompositeFieldContainer[NodeStatus]
     def __init__(self, nodes: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ...) -> None: ...
+
+class PoolBreaker(_message.Message):
+    __slots__ = ("pool", "state", "failures", "window_s", "pause_s", "recent_failures", "paused_until", "last_reason")
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_S_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_S_FIELD_NUMBER: _ClassVar[int]
+    RECENT_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    LAST_REASON_FIELD_NUMBER: _ClassVar[int]
+    pool: str
+    state: BreakerState
+    failures: int
+    window_s: float
+    pause_s: float
+    recent_failures: int
+    paused_until: _timestamp_pb2.Timestamp
+    last_reason: str
+    def __init__(self, pool: _Optional[str] = ..., state: _Optional[_Union[BreakerState, str]] = ..., failures: _Optional[int] = ..., window_s: _Optional[float] = ..., pause_s: _Optional[float] = ..., recent_failures: _Optional[int] = ..., paused_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_reason: _Optional[str] = ...) -> None: ...
+
+class ListPoolsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListPoolsResponse(_message.Message):
+    __slots__ = ("pools",)
+    POOLS_FIELD_NUMBER: _ClassVar[int]
+    pools: _containers.RepeatedCompositeFieldContainer[PoolBreaker]
+    def __init__(self, pools: _Optional[_Iterable[_Union[PoolBreaker, _Mapping]]] = ...) -> None: ...
+
+class ResumePoolRequest(_message.Message):
+    __slots__ = ("pool", "request_id")
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    pool: str
+    request_id: str
+    def __init__(self, pool: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class ResumePoolResponse(_message.Message):
+    __slots__ = ("pool", "was_paused", "request_id")
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    WAS_PAUSED_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    pool: PoolBreaker
+    was_paused: bool
+    request_id: str
+    def __init__(self, pool: _Optional[_Union[PoolBreaker, _Mapping]] = ..., was_paused: _Optional[bool] = ..., request_id: _Optional[str] = ...) -> None: ...

@@ -60,6 +60,16 @@ class BridgeStub:
                 request_serializer=slurm__k8s__bridge_dot_v1_dot_bridge__pb2.ListNodesRequest.SerializeToString,
                 response_deserializer=slurm__k8s__bridge_dot_v1_dot_bridge__pb2.ListNodesResponse.FromString,
                 _registered_method=True)
+        self.ListPools = channel.unary_unary(
+                '/slurm_k8s_bridge.v1.Bridge/ListPools',
+                request_serializer=slurm__k8s__bridge_dot_v1_dot_bridge__pb2.ListPoolsRequest.SerializeToString,
+                response_deserializer=slurm__k8s__bridge_dot_v1_dot_bridge__pb2.ListPoolsResponse.FromString,
+                _registered_method=True)
+        self.ResumePool = channel.unary_unary(
+                '/slurm_k8s_bridge.v1.Bridge/ResumePool',
+                request_serializer=slurm__k8s__bridge_dot_v1_dot_bridge__pb2.ResumePoolRequest.SerializeToString,
+                response_deserializer=slurm__k8s__bridge_dot_v1_dot_bridge__pb2.ResumePoolResponse.FromString,
+                _registered_method=True)
 
 
 class BridgeServicer:
@@ -108,6 +118,24 @@ class BridgeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListPools(self, request, context):
+        """Read-only: every configured pool's circuit breaker (the `pool list` and `pool status`
+        commands). A pool whose breaker is open gets no new pods: a resume of one of its nodes sets
+        the node DOWN at once with `k8s: PoolPaused: pool <name> paused until <UTC>: <last reason>`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumePool(self, request, context):
+        """Close a pool's circuit breaker by hand (`pool resume NAME`): its nodes get pods again at
+        once and its count of fail-fasts starts from zero. Idempotent: a pool that is not paused
+        answers OK with its state. A name no configured pool has is INVALID_ARGUMENT naming it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BridgeServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -135,6 +163,16 @@ def add_BridgeServicer_to_server(servicer, server):
                     servicer.ListNodes,
                     request_deserializer=slurm__k8s__bridge_dot_v1_dot_bridge__pb2.ListNodesRequest.FromString,
                     response_serializer=slurm__k8s__bridge_dot_v1_dot_bridge__pb2.ListNodesResponse.SerializeToString,
+            ),
+            'ListPools': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPools,
+                    request_deserializer=slurm__k8s__bridge_dot_v1_dot_bridge__pb2.ListPoolsRequest.FromString,
+                    response_serializer=slurm__k8s__bridge_dot_v1_dot_bridge__pb2.ListPoolsResponse.SerializeToString,
+            ),
+            'ResumePool': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumePool,
+                    request_deserializer=slurm__k8s__bridge_dot_v1_dot_bridge__pb2.ResumePoolRequest.FromString,
+                    response_serializer=slurm__k8s__bridge_dot_v1_dot_bridge__pb2.ResumePoolResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -273,6 +311,60 @@ class Bridge:
             '/slurm_k8s_bridge.v1.Bridge/ListNodes',
             slurm__k8s__bridge_dot_v1_dot_bridge__pb2.ListNodesRequest.SerializeToString,
             slurm__k8s__bridge_dot_v1_dot_bridge__pb2.ListNodesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPools(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/slurm_k8s_bridge.v1.Bridge/ListPools',
+            slurm__k8s__bridge_dot_v1_dot_bridge__pb2.ListPoolsRequest.SerializeToString,
+            slurm__k8s__bridge_dot_v1_dot_bridge__pb2.ListPoolsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumePool(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/slurm_k8s_bridge.v1.Bridge/ResumePool',
+            slurm__k8s__bridge_dot_v1_dot_bridge__pb2.ResumePoolRequest.SerializeToString,
+            slurm__k8s__bridge_dot_v1_dot_bridge__pb2.ResumePoolResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -130,7 +130,8 @@ const (
 	// No configured node pool owns the node. Nothing was done in Slurm or Kubernetes (the name may
 	// be a static node running jobs). Fix the bridge config or slurm.conf.
 	ErrorClass_ERROR_CLASS_UNKNOWN_NODE ErrorClass = 2
-	// Kubernetes cannot place the pod (quota, unschedulable). The node was marked DOWN.
+	// Kubernetes cannot place the pod (quota, unschedulable), or the node's pool is paused by its
+	// circuit breaker (no pod was created; see ListPools). The node was marked DOWN.
 	ErrorClass_ERROR_CLASS_NO_CAPACITY ErrorClass = 3
 	// Worth retrying later (Kubernetes API unavailable, timeouts).
 	ErrorClass_ERROR_CLASS_TRANSIENT ErrorClass = 4
@@ -248,6 +249,69 @@ func (x NodeEventKind) Number() protoreflect.EnumNumber {
 // Deprecated: Use NodeEventKind.Descriptor instead.
 func (NodeEventKind) EnumDescriptor() ([]byte, []int) {
 	return file_slurm_k8s_bridge_v1_bridge_proto_rawDescGZIP(), []int{2}
+}
+
+// Where a pool's circuit breaker is. Fail-fasts (the bridge setting a node DOWN because its pod
+// cannot run or Kubernetes refused it for good) are counted per pool; `failures` of them within
+// `window_s` open the breaker for `pause_s`.
+type BreakerState int32
+
+const (
+	// Never sent by the bridge.
+	BreakerState_BREAKER_STATE_UNSPECIFIED BreakerState = 0
+	// The pool's breaker is turned off (`failures: 0`, the default): it never opens.
+	BreakerState_BREAKER_STATE_OFF BreakerState = 1
+	// Creates go ahead; fail-fasts are counted in the window.
+	BreakerState_BREAKER_STATE_CLOSED BreakerState = 2
+	// Paused: no pod is created for the pool until `paused_until`; its resumed nodes go DOWN.
+	BreakerState_BREAKER_STATE_OPEN BreakerState = 3
+	// The pause ended less than a window ago: creates go ahead, one fail-fast reopens it at once.
+	BreakerState_BREAKER_STATE_HALF_OPEN BreakerState = 4
+)
+
+// Enum value maps for BreakerState.
+var (
+	BreakerState_name = map[int32]string{
+		0: "BREAKER_STATE_UNSPECIFIED",
+		1: "BREAKER_STATE_OFF",
+		2: "BREAKER_STATE_CLOSED",
+		3: "BREAKER_STATE_OPEN",
+		4: "BREAKER_STATE_HALF_OPEN",
+	}
+	BreakerState_value = map[string]int32{
+		"BREAKER_STATE_UNSPECIFIED": 0,
+		"BREAKER_STATE_OFF":         1,
+		"BREAKER_STATE_CLOSED":      2,
+		"BREAKER_STATE_OPEN":        3,
+		"BREAKER_STATE_HALF_OPEN":   4,
+	}
+)
+
+func (x BreakerState) Enum() *BreakerState {
+	p := new(BreakerState)
+	*p = x
+	return p
+}
+
+func (x BreakerState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BreakerState) Descriptor() protoreflect.EnumDescriptor {
+	return file_slurm_k8s_bridge_v1_bridge_proto_enumTypes[3].Descriptor()
+}
+
+func (BreakerState) Type() protoreflect.EnumType {
+	return &file_slurm_k8s_bridge_v1_bridge_proto_enumTypes[3]
+}
+
+func (x BreakerState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BreakerState.Descriptor instead.
+func (BreakerState) EnumDescriptor() ([]byte, []int) {
+	return file_slurm_k8s_bridge_v1_bridge_proto_rawDescGZIP(), []int{3}
 }
 
 // The result of a mutating request for one node.
@@ -987,6 +1051,313 @@ func (x *ListNodesResponse) GetNodes() []*NodeStatus {
 	return nil
 }
 
+// One pool's circuit breaker.
+type PoolBreaker struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The configured pool's name.
+	Pool string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// Where its breaker is.
+	State BreakerState `protobuf:"varint,2,opt,name=state,proto3,enum=slurm_k8s_bridge.v1.BreakerState" json:"state,omitempty"`
+	// Fail-fasts within `window_s` that open the breaker; 0 when it is off.
+	Failures uint32 `protobuf:"varint,3,opt,name=failures,proto3" json:"failures,omitempty"`
+	// The sliding window the fail-fasts are counted in, in seconds.
+	WindowS float64 `protobuf:"fixed64,4,opt,name=window_s,json=windowS,proto3" json:"window_s,omitempty"`
+	// How long an opened breaker stays open, in seconds.
+	PauseS float64 `protobuf:"fixed64,5,opt,name=pause_s,json=pauseS,proto3" json:"pause_s,omitempty"`
+	// Fail-fasts inside the window now (0 while open).
+	RecentFailures uint32 `protobuf:"varint,6,opt,name=recent_failures,json=recentFailures,proto3" json:"recent_failures,omitempty"`
+	// When the pause ends (OPEN) or ended (HALF_OPEN); unset otherwise.
+	PausedUntil *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=paused_until,json=pausedUntil,proto3" json:"paused_until,omitempty"`
+	// The last fail-fast's reason (`k8s: <Reason>: ...`); empty when there was none.
+	LastReason    string `protobuf:"bytes,8,opt,name=last_reason,json=lastReason,proto3" json:"last_reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolBreaker) Reset() {
+	*x = PoolBreaker{}
+	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolBreaker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolBreaker) ProtoMessage() {}
+
+func (x *PoolBreaker) ProtoReflect() protoreflect.Message {
+	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolBreaker.ProtoReflect.Descriptor instead.
+func (*PoolBreaker) Descriptor() ([]byte, []int) {
+	return file_slurm_k8s_bridge_v1_bridge_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PoolBreaker) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *PoolBreaker) GetState() BreakerState {
+	if x != nil {
+		return x.State
+	}
+	return BreakerState_BREAKER_STATE_UNSPECIFIED
+}
+
+func (x *PoolBreaker) GetFailures() uint32 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
+func (x *PoolBreaker) GetWindowS() float64 {
+	if x != nil {
+		return x.WindowS
+	}
+	return 0
+}
+
+func (x *PoolBreaker) GetPauseS() float64 {
+	if x != nil {
+		return x.PauseS
+	}
+	return 0
+}
+
+func (x *PoolBreaker) GetRecentFailures() uint32 {
+	if x != nil {
+		return x.RecentFailures
+	}
+	return 0
+}
+
+func (x *PoolBreaker) GetPausedUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PausedUntil
+	}
+	return nil
+}
+
+func (x *PoolBreaker) GetLastReason() string {
+	if x != nil {
+		return x.LastReason
+	}
+	return ""
+}
+
+type ListPoolsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPoolsRequest) Reset() {
+	*x = ListPoolsRequest{}
+	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPoolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPoolsRequest) ProtoMessage() {}
+
+func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
+func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
+	return file_slurm_k8s_bridge_v1_bridge_proto_rawDescGZIP(), []int{13}
+}
+
+type ListPoolsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One entry per configured pool, in configuration order.
+	Pools         []*PoolBreaker `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPoolsResponse) Reset() {
+	*x = ListPoolsResponse{}
+	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPoolsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPoolsResponse) ProtoMessage() {}
+
+func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
+func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
+	return file_slurm_k8s_bridge_v1_bridge_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListPoolsResponse) GetPools() []*PoolBreaker {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
+type ResumePoolRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The pool's name, as configured. Required.
+	Pool string `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// Opaque id for log correlation; empty: the bridge makes one up. Reused across retries.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumePoolRequest) Reset() {
+	*x = ResumePoolRequest{}
+	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumePoolRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumePoolRequest) ProtoMessage() {}
+
+func (x *ResumePoolRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumePoolRequest.ProtoReflect.Descriptor instead.
+func (*ResumePoolRequest) Descriptor() ([]byte, []int) {
+	return file_slurm_k8s_bridge_v1_bridge_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ResumePoolRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *ResumePoolRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type ResumePoolResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The pool's breaker after the call (CLOSED, or OFF when it is turned off).
+	Pool *PoolBreaker `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// Whether the pool was paused (OPEN) before the call.
+	WasPaused bool `protobuf:"varint,2,opt,name=was_paused,json=wasPaused,proto3" json:"was_paused,omitempty"`
+	// The request's id (the caller's, or the one the bridge made up).
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumePoolResponse) Reset() {
+	*x = ResumePoolResponse{}
+	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumePoolResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumePoolResponse) ProtoMessage() {}
+
+func (x *ResumePoolResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumePoolResponse.ProtoReflect.Descriptor instead.
+func (*ResumePoolResponse) Descriptor() ([]byte, []int) {
+	return file_slurm_k8s_bridge_v1_bridge_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ResumePoolResponse) GetPool() *PoolBreaker {
+	if x != nil {
+		return x.Pool
+	}
+	return nil
+}
+
+func (x *ResumePoolResponse) GetWasPaused() bool {
+	if x != nil {
+		return x.WasPaused
+	}
+	return false
+}
+
+func (x *ResumePoolResponse) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 var File_slurm_k8s_bridge_v1_bridge_proto protoreflect.FileDescriptor
 
 const file_slurm_k8s_bridge_v1_bridge_proto_rawDesc = "" +
@@ -1049,7 +1420,30 @@ const file_slurm_k8s_bridge_v1_bridge_proto_rawDesc = "" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x120\n" +
 	"\x05since\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"J\n" +
 	"\x11ListNodesResponse\x125\n" +
-	"\x05nodes\x18\x01 \x03(\v2\x1f.slurm_k8s_bridge.v1.NodeStatusR\x05nodes*r\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x1f.slurm_k8s_bridge.v1.NodeStatusR\x05nodes\"\xb3\x02\n" +
+	"\vPoolBreaker\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x127\n" +
+	"\x05state\x18\x02 \x01(\x0e2!.slurm_k8s_bridge.v1.BreakerStateR\x05state\x12\x1a\n" +
+	"\bfailures\x18\x03 \x01(\rR\bfailures\x12\x19\n" +
+	"\bwindow_s\x18\x04 \x01(\x01R\awindowS\x12\x17\n" +
+	"\apause_s\x18\x05 \x01(\x01R\x06pauseS\x12'\n" +
+	"\x0frecent_failures\x18\x06 \x01(\rR\x0erecentFailures\x12=\n" +
+	"\fpaused_until\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vpausedUntil\x12\x1f\n" +
+	"\vlast_reason\x18\b \x01(\tR\n" +
+	"lastReason\"\x12\n" +
+	"\x10ListPoolsRequest\"K\n" +
+	"\x11ListPoolsResponse\x126\n" +
+	"\x05pools\x18\x01 \x03(\v2 .slurm_k8s_bridge.v1.PoolBreakerR\x05pools\"F\n" +
+	"\x11ResumePoolRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\x88\x01\n" +
+	"\x12ResumePoolResponse\x124\n" +
+	"\x04pool\x18\x01 \x01(\v2 .slurm_k8s_bridge.v1.PoolBreakerR\x04pool\x12\x1d\n" +
+	"\n" +
+	"was_paused\x18\x02 \x01(\bR\twasPaused\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId*r\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -1071,13 +1465,22 @@ const file_slurm_k8s_bridge_v1_bridge_proto_rawDesc = "" +
 	"\x15NODE_EVENT_KIND_DRAIN\x10\x02\x12\x18\n" +
 	"\x14NODE_EVENT_KIND_FAIL\x10\x03\x12\x16\n" +
 	"\x12NODE_EVENT_KIND_UP\x10\x04\x12\x18\n" +
-	"\x14NODE_EVENT_KIND_IDLE\x10\x052\xec\x03\n" +
+	"\x14NODE_EVENT_KIND_IDLE\x10\x05*\x93\x01\n" +
+	"\fBreakerState\x12\x1d\n" +
+	"\x19BREAKER_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11BREAKER_STATE_OFF\x10\x01\x12\x18\n" +
+	"\x14BREAKER_STATE_CLOSED\x10\x02\x12\x16\n" +
+	"\x12BREAKER_STATE_OPEN\x10\x03\x12\x1b\n" +
+	"\x17BREAKER_STATE_HALF_OPEN\x10\x042\xa7\x05\n" +
 	"\x06Bridge\x12`\n" +
 	"\vResumeNodes\x12'.slurm_k8s_bridge.v1.ResumeNodesRequest\x1a(.slurm_k8s_bridge.v1.ResumeNodesResponse\x12c\n" +
 	"\fSuspendNodes\x12(.slurm_k8s_bridge.v1.SuspendNodesRequest\x1a).slurm_k8s_bridge.v1.SuspendNodesResponse\x12c\n" +
 	"\fResumeFailed\x12(.slurm_k8s_bridge.v1.ResumeFailedRequest\x1a).slurm_k8s_bridge.v1.ResumeFailedResponse\x12Z\n" +
 	"\tNodeEvent\x12%.slurm_k8s_bridge.v1.NodeEventRequest\x1a&.slurm_k8s_bridge.v1.NodeEventResponse\x12Z\n" +
-	"\tListNodes\x12%.slurm_k8s_bridge.v1.ListNodesRequest\x1a&.slurm_k8s_bridge.v1.ListNodesResponseb\x06proto3"
+	"\tListNodes\x12%.slurm_k8s_bridge.v1.ListNodesRequest\x1a&.slurm_k8s_bridge.v1.ListNodesResponse\x12Z\n" +
+	"\tListPools\x12%.slurm_k8s_bridge.v1.ListPoolsRequest\x1a&.slurm_k8s_bridge.v1.ListPoolsResponse\x12]\n" +
+	"\n" +
+	"ResumePool\x12&.slurm_k8s_bridge.v1.ResumePoolRequest\x1a'.slurm_k8s_bridge.v1.ResumePoolResponseb\x06proto3"
 
 var (
 	file_slurm_k8s_bridge_v1_bridge_proto_rawDescOnce sync.Once
@@ -1091,51 +1494,65 @@ func file_slurm_k8s_bridge_v1_bridge_proto_rawDescGZIP() []byte {
 	return file_slurm_k8s_bridge_v1_bridge_proto_rawDescData
 }
 
-var file_slurm_k8s_bridge_v1_bridge_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_slurm_k8s_bridge_v1_bridge_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_slurm_k8s_bridge_v1_bridge_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_slurm_k8s_bridge_v1_bridge_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_slurm_k8s_bridge_v1_bridge_proto_goTypes = []any{
 	(Outcome)(0),                  // 0: slurm_k8s_bridge.v1.Outcome
 	(ErrorClass)(0),               // 1: slurm_k8s_bridge.v1.ErrorClass
 	(NodeEventKind)(0),            // 2: slurm_k8s_bridge.v1.NodeEventKind
-	(*NodeResult)(nil),            // 3: slurm_k8s_bridge.v1.NodeResult
-	(*ResumeNodesRequest)(nil),    // 4: slurm_k8s_bridge.v1.ResumeNodesRequest
-	(*ResumeNodesResponse)(nil),   // 5: slurm_k8s_bridge.v1.ResumeNodesResponse
-	(*SuspendNodesRequest)(nil),   // 6: slurm_k8s_bridge.v1.SuspendNodesRequest
-	(*SuspendNodesResponse)(nil),  // 7: slurm_k8s_bridge.v1.SuspendNodesResponse
-	(*ResumeFailedRequest)(nil),   // 8: slurm_k8s_bridge.v1.ResumeFailedRequest
-	(*ResumeFailedResponse)(nil),  // 9: slurm_k8s_bridge.v1.ResumeFailedResponse
-	(*NodeEventRequest)(nil),      // 10: slurm_k8s_bridge.v1.NodeEventRequest
-	(*NodeEventResponse)(nil),     // 11: slurm_k8s_bridge.v1.NodeEventResponse
-	(*ListNodesRequest)(nil),      // 12: slurm_k8s_bridge.v1.ListNodesRequest
-	(*NodeStatus)(nil),            // 13: slurm_k8s_bridge.v1.NodeStatus
-	(*ListNodesResponse)(nil),     // 14: slurm_k8s_bridge.v1.ListNodesResponse
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(BreakerState)(0),             // 3: slurm_k8s_bridge.v1.BreakerState
+	(*NodeResult)(nil),            // 4: slurm_k8s_bridge.v1.NodeResult
+	(*ResumeNodesRequest)(nil),    // 5: slurm_k8s_bridge.v1.ResumeNodesRequest
+	(*ResumeNodesResponse)(nil),   // 6: slurm_k8s_bridge.v1.ResumeNodesResponse
+	(*SuspendNodesRequest)(nil),   // 7: slurm_k8s_bridge.v1.SuspendNodesRequest
+	(*SuspendNodesResponse)(nil),  // 8: slurm_k8s_bridge.v1.SuspendNodesResponse
+	(*ResumeFailedRequest)(nil),   // 9: slurm_k8s_bridge.v1.ResumeFailedRequest
+	(*ResumeFailedResponse)(nil),  // 10: slurm_k8s_bridge.v1.ResumeFailedResponse
+	(*NodeEventRequest)(nil),      // 11: slurm_k8s_bridge.v1.NodeEventRequest
+	(*NodeEventResponse)(nil),     // 12: slurm_k8s_bridge.v1.NodeEventResponse
+	(*ListNodesRequest)(nil),      // 13: slurm_k8s_bridge.v1.ListNodesRequest
+	(*NodeStatus)(nil),            // 14: slurm_k8s_bridge.v1.NodeStatus
+	(*ListNodesResponse)(nil),     // 15: slurm_k8s_bridge.v1.ListNodesResponse
+	(*PoolBreaker)(nil),           // 16: slurm_k8s_bridge.v1.PoolBreaker
+	(*ListPoolsRequest)(nil),      // 17: slurm_k8s_bridge.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),     // 18: slurm_k8s_bridge.v1.ListPoolsResponse
+	(*ResumePoolRequest)(nil),     // 19: slurm_k8s_bridge.v1.ResumePoolRequest
+	(*ResumePoolResponse)(nil),    // 20: slurm_k8s_bridge.v1.ResumePoolResponse
+	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
 }
 var file_slurm_k8s_bridge_v1_bridge_proto_depIdxs = []int32{
 	0,  // 0: slurm_k8s_bridge.v1.NodeResult.outcome:type_name -> slurm_k8s_bridge.v1.Outcome
 	1,  // 1: slurm_k8s_bridge.v1.NodeResult.error_class:type_name -> slurm_k8s_bridge.v1.ErrorClass
-	3,  // 2: slurm_k8s_bridge.v1.ResumeNodesResponse.results:type_name -> slurm_k8s_bridge.v1.NodeResult
-	3,  // 3: slurm_k8s_bridge.v1.SuspendNodesResponse.results:type_name -> slurm_k8s_bridge.v1.NodeResult
-	3,  // 4: slurm_k8s_bridge.v1.ResumeFailedResponse.results:type_name -> slurm_k8s_bridge.v1.NodeResult
+	4,  // 2: slurm_k8s_bridge.v1.ResumeNodesResponse.results:type_name -> slurm_k8s_bridge.v1.NodeResult
+	4,  // 3: slurm_k8s_bridge.v1.SuspendNodesResponse.results:type_name -> slurm_k8s_bridge.v1.NodeResult
+	4,  // 4: slurm_k8s_bridge.v1.ResumeFailedResponse.results:type_name -> slurm_k8s_bridge.v1.NodeResult
 	2,  // 5: slurm_k8s_bridge.v1.NodeEventRequest.kind:type_name -> slurm_k8s_bridge.v1.NodeEventKind
-	3,  // 6: slurm_k8s_bridge.v1.NodeEventResponse.results:type_name -> slurm_k8s_bridge.v1.NodeResult
-	15, // 7: slurm_k8s_bridge.v1.NodeStatus.since:type_name -> google.protobuf.Timestamp
-	13, // 8: slurm_k8s_bridge.v1.ListNodesResponse.nodes:type_name -> slurm_k8s_bridge.v1.NodeStatus
-	4,  // 9: slurm_k8s_bridge.v1.Bridge.ResumeNodes:input_type -> slurm_k8s_bridge.v1.ResumeNodesRequest
-	6,  // 10: slurm_k8s_bridge.v1.Bridge.SuspendNodes:input_type -> slurm_k8s_bridge.v1.SuspendNodesRequest
-	8,  // 11: slurm_k8s_bridge.v1.Bridge.ResumeFailed:input_type -> slurm_k8s_bridge.v1.ResumeFailedRequest
-	10, // 12: slurm_k8s_bridge.v1.Bridge.NodeEvent:input_type -> slurm_k8s_bridge.v1.NodeEventRequest
-	12, // 13: slurm_k8s_bridge.v1.Bridge.ListNodes:input_type -> slurm_k8s_bridge.v1.ListNodesRequest
-	5,  // 14: slurm_k8s_bridge.v1.Bridge.ResumeNodes:output_type -> slurm_k8s_bridge.v1.ResumeNodesResponse
-	7,  // 15: slurm_k8s_bridge.v1.Bridge.SuspendNodes:output_type -> slurm_k8s_bridge.v1.SuspendNodesResponse
-	9,  // 16: slurm_k8s_bridge.v1.Bridge.ResumeFailed:output_type -> slurm_k8s_bridge.v1.ResumeFailedResponse
-	11, // 17: slurm_k8s_bridge.v1.Bridge.NodeEvent:output_type -> slurm_k8s_bridge.v1.NodeEventResponse
-	14, // 18: slurm_k8s_bridge.v1.Bridge.ListNodes:output_type -> slurm_k8s_bridge.v1.ListNodesResponse
-	14, // [14:19] is the sub-list for method output_type
-	9,  // [9:14] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	4,  // 6: slurm_k8s_bridge.v1.NodeEventResponse.results:type_name -> slurm_k8s_bridge.v1.NodeResult
+	21, // 7: slurm_k8s_bridge.v1.NodeStatus.since:type_name -> google.protobuf.Timestamp
+	14, // 8: slurm_k8s_bridge.v1.ListNodesResponse.nodes:type_name -> slurm_k8s_bridge.v1.NodeStatus
+	3,  // 9: slurm_k8s_bridge.v1.PoolBreaker.state:type_name -> slurm_k8s_bridge.v1.BreakerState
+	21, // 10: slurm_k8s_bridge.v1.PoolBreaker.paused_until:type_name -> google.protobuf.Timestamp
+	16, // 11: slurm_k8s_bridge.v1.ListPoolsResponse.pools:type_name -> slurm_k8s_bridge.v1.PoolBreaker
+	16, // 12: slurm_k8s_bridge.v1.ResumePoolResponse.pool:type_name -> slurm_k8s_bridge.v1.PoolBreaker
+	5,  // 13: slurm_k8s_bridge.v1.Bridge.ResumeNodes:input_type -> slurm_k8s_bridge.v1.ResumeNodesRequest
+	7,  // 14: slurm_k8s_bridge.v1.Bridge.SuspendNodes:input_type -> slurm_k8s_bridge.v1.SuspendNodesRequest
+	9,  // 15: slurm_k8s_bridge.v1.Bridge.ResumeFailed:input_type -> slurm_k8s_bridge.v1.ResumeFailedRequest
+	11, // 16: slurm_k8s_bridge.v1.Bridge.NodeEvent:input_type -> slurm_k8s_bridge.v1.NodeEventRequest
+	13, // 17: slurm_k8s_bridge.v1.Bridge.ListNodes:input_type -> slurm_k8s_bridge.v1.ListNodesRequest
+	17, // 18: slurm_k8s_bridge.v1.Bridge.ListPools:input_type -> slurm_k8s_bridge.v1.ListPoolsRequest
+	19, // 19: slurm_k8s_bridge.v1.Bridge.ResumePool:input_type -> slurm_k8s_bridge.v1.ResumePoolRequest
+	6,  // 20: slurm_k8s_bridge.v1.Bridge.ResumeNodes:output_type -> slurm_k8s_bridge.v1.ResumeNodesResponse
+	8,  // 21: slurm_k8s_bridge.v1.Bridge.SuspendNodes:output_type -> slurm_k8s_bridge.v1.SuspendNodesResponse
+	10, // 22: slurm_k8s_bridge.v1.Bridge.ResumeFailed:output_type -> slurm_k8s_bridge.v1.ResumeFailedResponse
+	12, // 23: slurm_k8s_bridge.v1.Bridge.NodeEvent:output_type -> slurm_k8s_bridge.v1.NodeEventResponse
+	15, // 24: slurm_k8s_bridge.v1.Bridge.ListNodes:output_type -> slurm_k8s_bridge.v1.ListNodesResponse
+	18, // 25: slurm_k8s_bridge.v1.Bridge.ListPools:output_type -> slurm_k8s_bridge.v1.ListPoolsResponse
+	20, // 26: slurm_k8s_bridge.v1.Bridge.ResumePool:output_type -> slurm_k8s_bridge.v1.ResumePoolResponse
+	20, // [20:27] is the sub-list for method output_type
+	13, // [13:20] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_slurm_k8s_bridge_v1_bridge_proto_init() }
@@ -1148,8 +1565,8 @@ func file_slurm_k8s_bridge_v1_bridge_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slurm_k8s_bridge_v1_bridge_proto_rawDesc), len(file_slurm_k8s_bridge_v1_bridge_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   12,
+			NumEnums:      4,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

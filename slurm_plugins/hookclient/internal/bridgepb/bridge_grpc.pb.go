@@ -56,6 +56,8 @@ const (
 	Bridge_ResumeFailed_FullMethodName = "/slurm_k8s_bridge.v1.Bridge/ResumeFailed"
 	Bridge_NodeEvent_FullMethodName    = "/slurm_k8s_bridge.v1.Bridge/NodeEvent"
 	Bridge_ListNodes_FullMethodName    = "/slurm_k8s_bridge.v1.Bridge/ListNodes"
+	Bridge_ListPools_FullMethodName    = "/slurm_k8s_bridge.v1.Bridge/ListPools"
+	Bridge_ResumePool_FullMethodName   = "/slurm_k8s_bridge.v1.Bridge/ResumePool"
 )
 
 // BridgeClient is the client API for Bridge service.
@@ -81,6 +83,14 @@ type BridgeClient interface {
 	NodeEvent(ctx context.Context, in *NodeEventRequest, opts ...grpc.CallOption) (*NodeEventResponse, error)
 	// Read-only: Slurm's and Kubernetes' views of nodes side by side (the `status` command).
 	ListNodes(ctx context.Context, in *ListNodesRequest, opts ...grpc.CallOption) (*ListNodesResponse, error)
+	// Read-only: every configured pool's circuit breaker (the `pool list` and `pool status`
+	// commands). A pool whose breaker is open gets no new pods: a resume of one of its nodes sets
+	// the node DOWN at once with `k8s: PoolPaused: pool <name> paused until <UTC>: <last reason>`.
+	ListPools(ctx context.Context, in *ListPoolsRequest, opts ...grpc.CallOption) (*ListPoolsResponse, error)
+	// Close a pool's circuit breaker by hand (`pool resume NAME`): its nodes get pods again at
+	// once and its count of fail-fasts starts from zero. Idempotent: a pool that is not paused
+	// answers OK with its state. A name no configured pool has is INVALID_ARGUMENT naming it.
+	ResumePool(ctx context.Context, in *ResumePoolRequest, opts ...grpc.CallOption) (*ResumePoolResponse, error)
 }
 
 type bridgeClient struct {
@@ -141,6 +151,26 @@ func (c *bridgeClient) ListNodes(ctx context.Context, in *ListNodesRequest, opts
 	return out, nil
 }
 
+func (c *bridgeClient) ListPools(ctx context.Context, in *ListPoolsRequest, opts ...grpc.CallOption) (*ListPoolsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPoolsResponse)
+	err := c.cc.Invoke(ctx, Bridge_ListPools_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *bridgeClient) ResumePool(ctx context.Context, in *ResumePoolRequest, opts ...grpc.CallOption) (*ResumePoolResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumePoolResponse)
+	err := c.cc.Invoke(ctx, Bridge_ResumePool_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BridgeServer is the server API for Bridge service.
 // All implementations must embed UnimplementedBridgeServer
 // for forward compatibility.
@@ -164,6 +194,14 @@ type BridgeServer interface {
 	NodeEvent(context.Context, *NodeEventRequest) (*NodeEventResponse, error)
 	// Read-only: Slurm's and Kubernetes' views of nodes side by side (the `status` command).
 	ListNodes(context.Context, *ListNodesRequest) (*ListNodesResponse, error)
+	// Read-only: every configured pool's circuit breaker (the `pool list` and `pool status`
+	// commands). A pool whose breaker is open gets no new pods: a resume of one of its nodes sets
+	// the node DOWN at once with `k8s: PoolPaused: pool <name> paused until <UTC>: <last reason>`.
+	ListPools(context.Context, *ListPoolsRequest) (*ListPoolsResponse, error)
+	// Close a pool's circuit breaker by hand (`pool resume NAME`): its nodes get pods again at
+	// once and its count of fail-fasts starts from zero. Idempotent: a pool that is not paused
+	// answers OK with its state. A name no configured pool has is INVALID_ARGUMENT naming it.
+	ResumePool(context.Context, *ResumePoolRequest) (*ResumePoolResponse, error)
 	mustEmbedUnimplementedBridgeServer()
 }
 
@@ -188,6 +226,12 @@ func (UnimplementedBridgeServer) NodeEvent(context.Context, *NodeEventRequest) (
 }
 func (UnimplementedBridgeServer) ListNodes(context.Context, *ListNodesRequest) (*ListNodesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListNodes not implemented")
+}
+func (UnimplementedBridgeServer) ListPools(context.Context, *ListPoolsRequest) (*ListPoolsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPools not implemented")
+}
+func (UnimplementedBridgeServer) ResumePool(context.Context, *ResumePoolRequest) (*ResumePoolResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumePool not implemented")
 }
 func (UnimplementedBridgeServer) mustEmbedUnimplementedBridgeServer() {}
 func (UnimplementedBridgeServer) testEmbeddedByValue()                {}
@@ -300,6 +344,42 @@ func _Bridge_ListNodes_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Bridge_ListPools_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPoolsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BridgeServer).ListPools(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Bridge_ListPools_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BridgeServer).ListPools(ctx, req.(*ListPoolsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Bridge_ResumePool_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumePoolRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BridgeServer).ResumePool(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Bridge_ResumePool_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BridgeServer).ResumePool(ctx, req.(*ResumePoolRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Bridge_ServiceDesc is the grpc.ServiceDesc for Bridge service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -326,6 +406,14 @@ var Bridge_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListNodes",
 			Handler:    _Bridge_ListNodes_Handler,
+		},
+		{
+			MethodName: "ListPools",
+			Handler:    _Bridge_ListPools_Handler,
+		},
+		{
+			MethodName: "ResumePool",
+			Handler:    _Bridge_ResumePool_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
