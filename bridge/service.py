@@ -31,6 +31,7 @@ from bridge.domain.reconcile import (
     ResumeNode,
     SetAddress,
     SetComment,
+    SetPodSlurmState,
     plan,
 )
 from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
@@ -392,6 +393,8 @@ class BridgeService:
             # Not self.resume: a pod the reconciler recreates starts no resume latency.
             groups, _ = self.config.pools.group([a.node for a in creates])
             self._create(groups, {}, "reconcile")
+        # Last: a record for kubectl, never in the way of what Slurm and its jobs wait for.
+        self._set_pod_states([a for a in actions if isinstance(a, SetPodSlurmState)])
 
     def _not_in_flight(self, creates: Sequence[CreatePod]) -> list[CreatePod]:
         """Those of ``creates`` no accepted resume is creating now: a second create of each of a
@@ -435,6 +438,30 @@ class BridgeService:
                 log.info("reconcile: comment %s: %r", compress(nodes), text)
             except BridgeError as e:
                 log.warning("reconcile: comment of %s not set: %s", compress(nodes), e)
+
+    def _set_pod_states(self, actions: Sequence[SetPodSlurmState]) -> None:
+        """Patch each pod's state label and ``registered`` condition (only what changed), and
+        record a ``SlurmStateChanged`` Event per state transition."""
+        if not actions:
+            return
+        outcome = self.pods.set_slurm_states(actions)
+        failed = []
+        for action in actions:
+            result = outcome.get(action.node)
+            if isinstance(result, BridgeError):
+                failed.append(action.node)
+                continue
+            if result and action.label_changes and action.was_state:
+                # A pod's first label is no transition: its SlurmResume Event said as much.
+                self.pods.record_event(
+                    action.node, "SlurmStateChanged", f"{action.was_state} → {action.state}"
+                )
+        if failed:
+            log.warning(
+                "reconcile: Slurm state of pod(s) %s not shown (next pass retries): %s",
+                compress(failed),
+                outcome[failed[0]],
+            )
 
     def _update(self, state: str, actions: Sequence[PowerDown | ResumeNode]) -> None:
         if not actions:
