@@ -107,7 +107,8 @@ class SetAddress:
 
 @dataclass(frozen=True)
 class SetComment:
-    """Set the node's Comment to ``text`` (ours, ``k8s: waiting: ...``), or clear it (``""``)."""
+    """Set the node's Comment to ``text`` (ours: ``k8s: waiting: ...`` or ``k8s: pod ...``), or
+    clear it (``""``)."""
 
     node: str
     text: str
