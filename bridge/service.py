@@ -50,6 +50,10 @@ from bridge.settings import BridgeConfig
 
 log = logging.getLogger(__name__)
 
+#: See ``BridgeService.state_sent_memory_s``: far beyond a watch event's lag, well below the
+#: time a node spends in most states.
+STATE_SENT_MEMORY_S = 30.0
+
 
 def _error_class(error: BridgeError) -> ErrorClass:
     if isinstance(error, NoCapacity):
@@ -94,6 +98,12 @@ class BridgeService:
         self._reconcile_lock = threading.Lock()
         #: Creates for the resumes answered before their pods exist (accept_resume).
         self.resumes = ResumeDispatcher()
+        #: Pod states patched, by node: (pod UID, state, registered, when), until the watch
+        #: shows them. A pass that a patch's own watch event pokes may read the cache before
+        #: that event arrives; without this it would patch (and record an Event) twice.
+        self._states_sent: dict[str, tuple[str, str, bool, float]] = {}
+        #: How long a sent state stands in for the watch's view of it.
+        self.state_sent_memory_s = STATE_SENT_MEMORY_S
 
     # -- hooks -----------------------------------------------------------------------------------
 
@@ -442,6 +452,11 @@ class BridgeService:
     def _set_pod_states(self, actions: Sequence[SetPodSlurmState]) -> None:
         """Patch each pod's state label and ``registered`` condition (only what changed), and
         record a ``SlurmStateChanged`` Event per state transition."""
+        now = time.monotonic()
+        sent = self._states_sent
+        for node in [n for n, (*_, at) in sent.items() if now - at >= self.state_sent_memory_s]:
+            del sent[node]
+        actions = [a for a in actions if not self._state_sent(a)]
         if not actions:
             return
         outcome = self.pods.set_slurm_states(actions)
@@ -451,6 +466,8 @@ class BridgeService:
             if isinstance(result, BridgeError):
                 failed.append(action.node)
                 continue
+            if result:
+                sent[action.node] = (action.uid, action.state, action.registered, now)
             if result and action.label_changes and action.was_state:
                 # A pod's first label is no transition: its SlurmResume Event said as much.
                 self.pods.record_event(
@@ -462,6 +479,11 @@ class BridgeService:
                 compress(failed),
                 outcome[failed[0]],
             )
+
+    def _state_sent(self, action: SetPodSlurmState) -> bool:
+        """Whether this very state went to this very pod lately (the watch lags behind)."""
+        sent = self._states_sent.get(action.node)
+        return sent is not None and sent[:3] == (action.uid, action.state, action.registered)
 
     def _update(self, state: str, actions: Sequence[PowerDown | ResumeNode]) -> None:
         if not actions:

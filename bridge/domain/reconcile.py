@@ -128,6 +128,8 @@ class SetPodSlurmState:
     registered: bool
     was_state: str = ""
     was_registered: bool | None = None
+    #: The pod's UID: which pod the patch was meant for (the service remembers it was sent).
+    uid: str = ""
 
     @property
     def label_changes(self) -> bool:
@@ -288,7 +290,9 @@ def _plan_pod_state(node: SlurmNode, pod: PodView | None, actions: list[Action])
     state, registered = slurm_state_word(node), is_registered(node)
     if pod.slurm_state == state and pod.registered is registered:
         return []
-    return [SetPodSlurmState(node.name, state, registered, pod.slurm_state, pod.registered)]
+    return [
+        SetPodSlurmState(node.name, state, registered, pod.slurm_state, pod.registered, pod.uid)
+    ]
 
 
 def plan_node(

@@ -148,7 +148,7 @@ def test_pod_comment(shown: PodView, comment: str) -> None:
 def pod_state(
     state: str, registered: bool, was: str = "", was_registered: bool | None = None
 ) -> SetPodSlurmState:
-    return SetPodSlurmState("cpu-0", state, registered, was, was_registered)
+    return SetPodSlurmState("cpu-0", state, registered, was, was_registered, uid="u-0")
 
 
 @pytest.mark.parametrize(
@@ -352,6 +352,33 @@ def test_patches_at_a_thousand_nodes_cost_one_per_pod_per_transition() -> None:
     service.reconcile_once()
     service.reconcile_once()
     assert len(pods.patches) == 2100  # a label each, the condition unchanged
+
+
+@pytest.mark.parametrize(
+    ("memory_s", "patches"),
+    [
+        pytest.param(30.0, [("cpu-0", "label"), ("cpu-0", "status")], id="watch-lags:sent-once"),
+        pytest.param(0.0, [("cpu-0", "label"), ("cpu-0", "status")] * 2, id="memory-over:again"),
+    ],
+)
+def test_a_pass_before_the_watch_shows_a_patch_does_not_send_it_again(
+    memory_s: float, patches: list[tuple[str, str]]
+) -> None:
+    w = World(SlurmNode("cpu-0", "IDLE", frozenset({"CLOUD"})))
+    w.pods.add("cpu-0")
+    w.service.state_sent_memory_s = memory_s
+    real = w.pods.set_slurm_states
+
+    def lagging(changes: list[SetPodSlurmState]) -> dict[str, object]:
+        shown = dict(w.pods.pods)
+        result = real(changes)
+        w.pods.pods = shown  # the patch went out; the watch has not brought it back yet
+        return dict(result)
+
+    w.pods.set_slurm_states = lagging  # type: ignore[method-assign]
+    assert w.passes(2) == patches
+    events = [e for e in w.pods.events if e[1] == "SlurmStateChanged"]
+    assert events == []  # a first label is no transition
 
 
 def test_a_refused_patch_is_logged_and_retried_next_pass(caplog: pytest.LogCaptureFixture) -> None:
