@@ -1,8 +1,9 @@
 """Use cases: what Slurm's hooks ask for, the reconcile pass, and the status view.
 
-The service holds no state of its own beyond a lock and the nodes whose pods an accepted resume
-is creating right now: Slurm (node power flags, reasons) and Kubernetes (labelled pods) are the
-truth, so a restarted bridge picks up where it left off.
+The service holds no state of its own beyond a lock, the nodes whose pods an accepted resume
+is creating right now, and the pod states it patched lately (until the watch shows them): Slurm
+(node power flags, reasons) and Kubernetes (labelled pods) are the truth, so a restarted bridge
+picks up where it left off.
 """
 
 from __future__ import annotations
