@@ -81,6 +81,9 @@ def write_listing(series: str, total: int, path: Path) -> int:
     for kind, name in (("down", "cloud1"), ("busy", "cloud3"), ("idle", "cloud4")):
         node = _recorded_node(recorded, name)
         node.update(name="@NAME@", hostname="@NAME@", address="@ADDRESS@")
+        if kind != "down":
+            # What the bridge writes while the pod runs (pod_slurm_state.pod_comment).
+            node.update(comment="k8s: pod @NAME@ on kwok-node-0 ip @ADDRESS@")
         # Nested under "nodes": [ as Slurm indents it.
         texts[kind] = "\n".join("    " + line for line in json.dumps(node, indent=2).split("\n"))
     head, tail = json.dumps({**recorded, "nodes": "@NODES@"}, indent=2).split('"@NODES@"')
@@ -173,6 +176,9 @@ class PodsFromMemory:
                 failure=None,
                 host="kwok-node-0",
                 uid=f"uid-{i}",
+                # What the reconciler put there (the listing's busy and idle nodes).
+                slurm_state="allocated" if i % 2 else "idle",
+                registered=True,
             )
             for i in range(total)
             if is_up(i)

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.pods import PodView
+from bridge.domain.reconcile import SetPodSlurmState
 from bridge.domain.verdict import ScaleUpEvent
 from bridge.errors import BackendError, InvalidInput
 
@@ -53,6 +54,10 @@ class PodPort(Protocol):
     ) -> Mapping[str, bool | BackendError | InvalidInput]: ...
 
     def pod_exists(self, name: str) -> bool: ...
+
+    def set_slurm_states(
+        self, changes: Sequence[SetPodSlurmState]
+    ) -> Mapping[str, bool | BackendError | InvalidInput]: ...
 
     def list_scale_up_events(self) -> list[ScaleUpEvent]: ...
 

@@ -19,7 +19,8 @@ from bridge.domain.nodes import SlurmNode
 
 #: What the bridge does with its credentials: (core resource, verbs).
 REQUIRED_ACCESS: Final = (
-    ("pods", ("create", "delete", "get", "list", "watch")),
+    ("pods", ("create", "delete", "get", "list", "watch", "patch")),
+    ("pods/status", ("patch",)),
     ("events", ("create", "list")),
 )
 #: slurm.conf keys naming the programs slurmctld runs for power saving.

@@ -47,7 +47,7 @@ class SlurmNode:
     #: When Slurm recorded ``reason`` (``reason_changed_at``); None when unknown or no reason.
     reason_since: datetime | None = None
     #: The node's free-text Comment; the bridge writes ``k8s: waiting: ...`` there while a pod
-    #: is held up (a Reason would need a DOWN or DRAIN state).
+    #: is held up (a Reason would need a DOWN or DRAIN state), ``k8s: pod ...`` while it runs.
     comment: str = ""
 
     @property

@@ -27,7 +27,14 @@ from typing import Any
 
 import orjson
 
-from bridge.domain.pods import LABEL_CLUSTER, LABEL_MANAGED_BY, LABEL_NODE, LABEL_POOL, MANAGED_BY
+from bridge.domain.pods import (
+    CONDITION_REGISTERED,
+    LABEL_CLUSTER,
+    LABEL_MANAGED_BY,
+    LABEL_NODE,
+    LABEL_POOL,
+    MANAGED_BY,
+)
 from bridge.domain.pools import NodePool
 
 SLURMD_CONTAINER = "slurmd"
@@ -172,6 +179,14 @@ def _render_sharing_the_template(
         searches = [d for d in dns.get("searches") or [] if d != settings.node_domain]
         dns["searches"] = [settings.node_domain, *searches]
         spec["dnsConfig"] = dns
+    # Ready only once slurmd registered: the reconciler sets the condition from Slurm's view.
+    # (kwok sets every gate's condition True itself; the bridge then corrects it once.)
+    gates = [
+        g
+        for g in spec.get("readinessGates") or []
+        if not (isinstance(g, Mapping) and g.get("conditionType") == CONDITION_REGISTERED)
+    ]
+    spec["readinessGates"] = [*gates, {"conditionType": CONDITION_REGISTERED}]
     # A crashed slurmd must surface as a failed pod (and a DOWN node), not restart behind Slurm.
     spec["restartPolicy"] = "Never"
     spec.setdefault("enableServiceLinks", False)

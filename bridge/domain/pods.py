@@ -16,6 +16,11 @@ MANAGED_BY = "slurm-k8s-bridge"
 LABEL_POOL = "slurm-k8s-bridge.io/pool"
 LABEL_NODE = "slurm-k8s-bridge.io/node"
 LABEL_CLUSTER = "slurm-k8s-bridge.io/cluster"
+#: The node's Slurm state as one word (``allocated``, ``idle``, ...; see ``pod_slurm_state``),
+#: so ``kubectl get pods -l slurm-k8s-bridge.io/slurm-state=allocated`` finds the busy nodes.
+LABEL_SLURM_STATE = "slurm-k8s-bridge.io/slurm-state"
+#: The pod condition (and readiness gate) that is True once the node's slurmd registered.
+CONDITION_REGISTERED = "slurm-k8s-bridge.io/registered"
 
 # Waiting reasons that will not fix themselves in time for a job: fail fast on them.
 FATAL_WAITING_REASONS = frozenset(
@@ -73,6 +78,11 @@ class PodView:
     holdup: PodHoldup | None = None
     #: ``metadata.deletionTimestamp``: when the kubelet's grace period for the pod ends.
     deletion_deadline: datetime | None = None
+    namespace: str = ""
+    #: What the pod shows of its node's Slurm state: the :data:`LABEL_SLURM_STATE` label ("" when
+    #: absent) and the :data:`CONDITION_REGISTERED` condition (None when absent).
+    slurm_state: str = ""
+    registered: bool | None = None
 
     @property
     def is_running(self) -> bool:
@@ -140,6 +150,12 @@ def pod_holdup(status: Mapping[str, Any], created_at: datetime) -> PodHoldup | N
     return None
 
 
+def _registered(status: Mapping[str, Any]) -> bool | None:
+    condition = _condition(status, CONDITION_REGISTERED)
+    value = condition.get("status")
+    return None if value not in ("True", "False") else value == "True"
+
+
 def pod_view(manifest: Mapping[str, Any]) -> PodView:
     """Build a :class:`PodView` from a pod manifest (API JSON, camelCase keys)."""
     metadata = manifest.get("metadata") or {}
@@ -165,4 +181,7 @@ def pod_view(manifest: Mapping[str, Any]) -> PodView:
         uid=str(metadata.get("uid") or ""),
         holdup=None if failure is not None else pod_holdup(status, created_at),
         deletion_deadline=_parse_time(deletion) if isinstance(deletion, str) else None,
+        namespace=str(metadata.get("namespace") or ""),
+        slurm_state=str(labels.get(LABEL_SLURM_STATE) or ""),
+        registered=_registered(status),
     )

@@ -26,7 +26,14 @@ pod with an IP, node wants it              Slurm's NodeAddr follows the pod IP (
                                            forgets learnt addresses when it restarts)
 node powered down, no pod                  NodeAddr back to the node's name (the old IP may be
                                            reused by another pod)
+node wants its pod, pod runs on a node     the Comment names pod, Kubernetes node and IP (not
+with an IP                                 over an admin's comment); a waiting message wins
+pod that stays, its label or condition     ``SetPodSlurmState``: the state label and the
+differs from the node's Slurm state        ``registered`` condition follow Slurm
 =========================================  ======================================================
+
+The last two act only on a difference, so a quiet cluster costs no write: at most one label
+patch and one status patch per pod per Slurm transition.
 
 Deletes carry the pod's UID, so a decision about one pod never removes its successor.
 """
@@ -38,6 +45,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from .nodes import REASON_PREFIX, SlurmNode, our_reason
+from .pod_slurm_state import is_registered, pod_comment, slurm_state_word
 from .pods import TERMINATING, PodView
 from .pools import NodePool, PoolSet
 from .verdict import Fail, ScaleUpEvent, Wait, judge_pod
@@ -99,10 +107,37 @@ class SetAddress:
 
 @dataclass(frozen=True)
 class SetComment:
-    """Set the node's Comment to ``text`` (ours, ``k8s: waiting: ...``), or clear it (``""``)."""
+    """Set the node's Comment to ``text`` (ours: ``k8s: waiting: ...`` or ``k8s: pod ...``), or
+    clear it (``""``)."""
 
     node: str
     text: str
+
+
+@dataclass(frozen=True)
+class SetPodSlurmState:
+    """Show the node's Slurm state on its pod: the state label and the ``registered`` condition.
+
+    ``was_state`` and ``was_registered`` are what the pod showed (``""``/None: nothing yet), so
+    the executor patches only what changed: the label, the condition (status subresource), or
+    both.
+    """
+
+    node: str
+    state: str
+    registered: bool
+    was_state: str = ""
+    was_registered: bool | None = None
+    #: The pod's UID: which pod the patch was meant for (the service remembers it was sent).
+    uid: str = ""
+
+    @property
+    def label_changes(self) -> bool:
+        return self.state != self.was_state
+
+    @property
+    def condition_changes(self) -> bool:
+        return self.registered != self.was_registered
 
 
 @dataclass(frozen=True)
@@ -130,6 +165,7 @@ Action = (
     | ResumeNode
     | SetAddress
     | SetComment
+    | SetPodSlurmState
 )
 
 
@@ -231,12 +267,32 @@ def _plan_address(node: SlurmNode, pod: PodView | None) -> list[Action]:
     return []
 
 
-def _plan_comment(node: SlurmNode, waiting: str) -> list[Action]:
+def _plan_comment(node: SlurmNode, waiting: str, pod: PodView | None) -> list[Action]:
     if waiting:
         return [] if node.comment == waiting else [SetComment(node.name, waiting)]
+    facts = pod_comment(pod) if pod is not None and node.wants_pod else ""
+    if facts:
+        if node.comment == facts or (node.comment and not node.comment.startswith(REASON_PREFIX)):
+            return []  # already says so, or an admin's comment: theirs, not ours to replace
+        return [SetComment(node.name, facts)]
     if node.comment.startswith(REASON_PREFIX):
         return [SetComment(node.name, "")]
     return []
+
+
+def _plan_pod_state(node: SlurmNode, pod: PodView | None, actions: list[Action]) -> list[Action]:
+    """The pod's label and condition follow the node's state, unless the pod is on its way out
+    (a patch to a pod being deleted is wasted work)."""
+    if pod is None or pod.deleting:
+        return []
+    if any(isinstance(a, DeletePod | ForceDeletePod) for a in actions):
+        return []
+    state, registered = slurm_state_word(node), is_registered(node)
+    if pod.slurm_state == state and pod.registered is registered:
+        return []
+    return [
+        SetPodSlurmState(node.name, state, registered, pod.slurm_state, pod.registered, pod.uid)
+    ]
 
 
 def plan_node(
@@ -264,11 +320,12 @@ def plan_node(
             if isinstance(verdict, Wait):
                 waiting = our_reason("waiting", verdict.why)
             actions = _plan_wanted(node, pod, pool)
+    actions = [*actions, *_plan_stuck(pod, now, guards)]
     return [
         *actions,
-        *_plan_stuck(pod, now, guards),
-        *_plan_comment(node, waiting),
+        *_plan_comment(node, waiting, pod),
         *_plan_address(node, pod),
+        *_plan_pod_state(node, pod, actions),
     ]
 
 

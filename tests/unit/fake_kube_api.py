@@ -258,6 +258,9 @@ class FakeApiServer:
             def do_DELETE(self) -> None:
                 self._answer()
 
+            def do_PATCH(self) -> None:
+                self._answer()
+
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

@@ -22,6 +22,7 @@ from typing import Any
 
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.pods import PodFailure, PodView, pod_view
+from bridge.domain.reconcile import SetPodSlurmState
 from bridge.domain.verdict import ScaleUpEvent
 from bridge.errors import BackendError, InvalidInput
 
@@ -123,6 +124,8 @@ class FakePods:
         #: Every create and delete asked for, in order, whatever its outcome.
         self.create_calls: list[str] = []
         self.delete_calls: list[str] = []
+        #: Every patch the gateway would send: (pod, "label" | "status").
+        self.patches: list[tuple[str, str]] = []
 
     def add(
         self,
@@ -206,6 +209,27 @@ class FakePods:
     def pod_exists(self, name: str) -> bool:
         self.journal.append(f"read {name}")
         return name in self.pods
+
+    def set_slurm_states(
+        self, changes: Sequence[SetPodSlurmState]
+    ) -> dict[str, bool | BackendError | InvalidInput]:
+        """Patch as ``PodGateway.set_slurm_state`` does: the label and the condition, each
+        only if it changed; the stored pod then shows them (as the watch would)."""
+        results: dict[str, bool | BackendError | InvalidInput] = {}
+        for change in changes:
+            pod = self.pods.get(change.node)
+            if pod is None:
+                results[change.node] = False
+                continue
+            if change.label_changes:
+                self.patches.append((change.node, "label"))
+            if change.condition_changes:
+                self.patches.append((change.node, "status"))
+            self.pods[change.node] = dataclasses.replace(
+                pod, slurm_state=change.state, registered=change.registered
+            )
+            results[change.node] = True
+        return results
 
     def list_scale_up_events(self) -> list[ScaleUpEvent]:
         return list(self.scale_up_events)

@@ -16,10 +16,11 @@ from bridge.doctor import Check, Owner, SocketFacts, Status
 from bridge.domain.nodes import SlurmNode
 
 POD_RULE = {
-    "verbs": ["get", "list", "watch", "create", "delete"],
+    "verbs": ["get", "list", "watch", "create", "delete", "patch"],
     "apiGroups": [""],
     "resources": ["pods"],
 }
+POD_STATUS_RULE = {"verbs": ["patch"], "apiGroups": [""], "resources": ["pods/status"]}
 EVENT_RULE = {
     "verbs": ["create", "patch", "list"],
     "apiGroups": ["", "events.k8s.io"],
@@ -36,13 +37,22 @@ REVIEWS = {
 @pytest.mark.parametrize(
     ("rules", "missing"),
     [
-        ([POD_RULE, EVENT_RULE, REVIEWS], []),
+        ([POD_RULE, POD_STATUS_RULE, EVENT_RULE, REVIEWS], []),
         ([{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}], []),
         (
-            [{**POD_RULE, "verbs": ["get", "list", "watch", "delete"]}, EVENT_RULE],
+            [
+                {**POD_RULE, "verbs": ["get", "list", "watch", "delete", "patch"]},
+                POD_STATUS_RULE,
+                EVENT_RULE,
+            ],
             ["create pods"],
         ),
-        ([POD_RULE], ["create events", "list events"]),
+        # The Role before issue 13: the Slurm state cannot be shown on the pods.
+        (
+            [{**POD_RULE, "verbs": ["get", "list", "watch", "create", "delete"]}, EVENT_RULE],
+            ["patch pods", "patch pods/status"],
+        ),
+        ([POD_RULE, POD_STATUS_RULE], ["create events", "list events"]),
         (
             [REVIEWS],
             [
@@ -51,19 +61,21 @@ REVIEWS = {
                 "get pods",
                 "list pods",
                 "watch pods",
+                "patch pods",
+                "patch pods/status",
                 "create events",
                 "list events",
             ],
         ),
         # Pods of another API group are not the core pods.
         (
-            [{**POD_RULE, "apiGroups": ["metrics.k8s.io"]}, EVENT_RULE],
-            ["create pods", "delete pods", "get pods", "list pods", "watch pods"],
+            [{**POD_RULE, "apiGroups": ["metrics.k8s.io"]}, POD_STATUS_RULE, EVENT_RULE],
+            ["create pods", "delete pods", "get pods", "list pods", "watch pods", "patch pods"],
         ),
         # A rule for named pods only does not allow creating (or listing) any pod.
         (
-            [{**POD_RULE, "resourceNames": ["cpu-0"]}, EVENT_RULE],
-            ["create pods", "delete pods", "get pods", "list pods", "watch pods"],
+            [{**POD_RULE, "resourceNames": ["cpu-0"]}, POD_STATUS_RULE, EVENT_RULE],
+            ["create pods", "delete pods", "get pods", "list pods", "watch pods", "patch pods"],
         ),
     ],
 )

@@ -62,6 +62,8 @@ def test_empty_template_renders_the_whole_pod() -> None:
             "enableServiceLinks": False,
             "automountServiceAccountToken": False,
             "terminationGracePeriodSeconds": 10,
+            # NotReady until its slurmd registered (the reconciler sets the condition).
+            "readinessGates": [{"conditionType": "slurm-k8s-bridge.io/registered"}],
             "containers": [
                 {
                     "name": "slurmd",
@@ -315,3 +317,27 @@ def test_no_node_service_means_no_subdomain() -> None:
     )
     spec = render_pod(pool, "cpu-0", settings)["spec"]
     assert "subdomain" not in spec and "dnsConfig" not in spec
+
+
+@pytest.mark.parametrize(
+    ("gates", "rendered"),
+    [
+        pytest.param(None, ["slurm-k8s-bridge.io/registered"], id="none:ours"),
+        pytest.param(
+            [{"conditionType": "example.com/storage"}],
+            ["example.com/storage", "slurm-k8s-bridge.io/registered"],
+            id="the-template's-kept:ours-after",
+        ),
+        pytest.param(
+            [{"conditionType": "slurm-k8s-bridge.io/registered"}],
+            ["slurm-k8s-bridge.io/registered"],
+            id="ours-already:once",
+        ),
+    ],
+)
+def test_pods_carry_the_registered_readiness_gate(
+    gates: list[dict[str, str]] | None, rendered: list[str]
+) -> None:
+    template: dict[str, Any] = {"spec": {"readinessGates": gates}} if gates else {}
+    pod = render_pod(pool_with(template), "cpu-1", SETTINGS)
+    assert [g["conditionType"] for g in pod["spec"]["readinessGates"]] == rendered

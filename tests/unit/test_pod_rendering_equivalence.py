@@ -28,6 +28,7 @@ from bridge.domain.pod_rendering import (
     render_pod,
     render_pods,
 )
+from bridge.domain.pods import CONDITION_REGISTERED
 from bridge.domain.pools import NodePool
 
 from .test_pod_rendering import FULL_TEMPLATE, SETTINGS, pool_with
@@ -74,6 +75,13 @@ def render_pod_before_issue_11(pool: NodePool, node: str, settings: PodSettings)
         searches = [d for d in dns.get("searches") or [] if d != settings.node_domain]
         dns["searches"] = [settings.node_domain, *searches]
         spec["dnsConfig"] = dns
+    # Since issue 13 (after this oracle was taken): the readiness gate, as render_pods adds it.
+    gates = [
+        g
+        for g in spec.get("readinessGates") or []
+        if g.get("conditionType") != CONDITION_REGISTERED
+    ]
+    spec["readinessGates"] = [*gates, {"conditionType": CONDITION_REGISTERED}]
     # A crashed slurmd must surface as a failed pod (and a DOWN node), not restart behind Slurm.
     spec["restartPolicy"] = "Never"
     spec.setdefault("enableServiceLinks", False)

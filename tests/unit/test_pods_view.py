@@ -280,8 +280,55 @@ def test_pod_view_reads_the_manifest() -> None:
         deleting=False,
         failure=None,
         host="worker-1",
+        namespace="slurm",
     )
     assert pod_view(manifest(status)).is_running
+
+
+REGISTERED = "slurm-k8s-bridge.io/registered"
+
+
+@pytest.mark.parametrize(
+    ("labels", "conditions", "state", "registered"),
+    [
+        pytest.param({}, [], "", None, id="fresh-pod:nothing-shown"),
+        pytest.param(
+            {"slurm-k8s-bridge.io/slurm-state": "allocated"},
+            [{"type": REGISTERED, "status": "True"}],
+            "allocated",
+            True,
+            id="label+condition-true",
+        ),
+        pytest.param(
+            {"slurm-k8s-bridge.io/slurm-state": "powering-up"},
+            [SCHEDULED, {"type": REGISTERED, "status": "False"}],
+            "powering-up",
+            False,
+            id="label+condition-false-among-others",
+        ),
+        pytest.param(
+            {},
+            [{"type": REGISTERED, "status": "Unknown"}],
+            "",
+            None,
+            id="condition-unknown:as-absent",
+        ),
+        pytest.param(
+            {}, [{"type": "Ready", "status": "True"}], "", None, id="only-kubelet's-conditions"
+        ),
+    ],
+)
+def test_pod_view_reads_the_slurm_state_the_pod_shows(
+    labels: dict[str, str],
+    conditions: list[dict[str, str]],
+    state: str,
+    registered: bool | None,
+) -> None:
+    base = {LABEL_NODE: "cpu-0", LABEL_POOL: "cpu"}
+    view = pod_view(
+        manifest({"phase": "Running", "conditions": conditions}, labels={**base, **labels})
+    )
+    assert (view.slurm_state, view.registered) == (state, registered)
 
 
 @pytest.mark.parametrize(

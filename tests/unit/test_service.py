@@ -22,7 +22,14 @@ from bridge.domain.pods import (
     PodHoldup,
     PodView,
 )
-from bridge.domain.reconcile import CreatePod, DeletePod, MarkDown, PowerDown, ResumeNode
+from bridge.domain.reconcile import (
+    CreatePod,
+    DeletePod,
+    MarkDown,
+    PowerDown,
+    ResumeNode,
+    SetPodSlurmState,
+)
 from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
 from bridge.domain.verdict import ScaleUpEvent
 from bridge.errors import (
@@ -360,7 +367,8 @@ def test_reconcile_once_executes_the_plan_slurm_first_batched_by_reason() -> Non
     assert sorted(w.pods.pods) == ["cpu-3"]
     # The failed nodes are held DOWN (visible, and a pause before Slurm retries them).
     w.journal.clear()
-    assert w.service.reconcile_once() == []
+    # Only the new pod's first Slurm state (a patch, not in the journal).
+    assert w.service.reconcile_once() == [SetPodSlurmState("cpu-3", "powering-up", False)]
     assert w.journal == []
     # After the hold they are powered down, batched, so they return to idle~.
     w.service.clock = lambda: NOW + timedelta(minutes=2)
@@ -459,7 +467,7 @@ def test_a_pod_created_while_slurm_is_read_is_never_missing() -> None:
         return listing()
 
     w.slurm.list_nodes = slow_listing  # type: ignore[method-assign]
-    assert w.service.reconcile_once() == []
+    assert w.service.reconcile_once() == [SetPodSlurmState("cpu-0", "allocated", True)]
     assert not any(u.state == "down" for u in w.slurm.updates)
 
 
@@ -523,7 +531,7 @@ def test_unreadable_autoscaler_events_fail_nothing(caplog: pytest.LogCaptureFixt
 
     w.pods.list_scale_up_events = refused  # type: ignore[method-assign]
     actions = w.service.reconcile_once()
-    assert [type(a).__name__ for a in actions] == ["SetComment"]
+    assert [type(a).__name__ for a in actions] == ["SetComment", "SetPodSlurmState"]
     assert "autoscaler events not read" in caplog.text
 
 

@@ -18,10 +18,19 @@ from kubernetes import config as k8s_config
 from bridge.adapters.call_counters import CallCounters
 from bridge.adapters.kubernetes.calls import call, call_within, is_not_found
 from bridge.adapters.kubernetes.events import EVENT_SENDERS, EventRecorder, QueuedEvent
-from bridge.adapters.kubernetes.json_bytes import send_json
+from bridge.adapters.kubernetes.json_bytes import MERGE_PATCH, STRATEGIC_MERGE_PATCH, send_json
 from bridge.adapters.kubernetes.scale_up import scale_up_event
 from bridge.adapters.kubernetes.watch import PodEvent, watch_pods
-from bridge.domain.pods import LABEL_CLUSTER, LABEL_MANAGED_BY, MANAGED_BY, PodView, pod_view
+from bridge.domain.pod_slurm_state import registered_condition
+from bridge.domain.pods import (
+    LABEL_CLUSTER,
+    LABEL_MANAGED_BY,
+    LABEL_SLURM_STATE,
+    MANAGED_BY,
+    PodView,
+    pod_view,
+)
+from bridge.domain.reconcile import SetPodSlurmState
 from bridge.domain.verdict import SCALE_UP_REASONS, ScaleUpEvent
 from bridge.errors import BackendError, Conflict, InvalidInput
 
@@ -238,6 +247,53 @@ class PodGateway:
                 return False
             raise
         return True
+
+    def set_slurm_state(self, change: SetPodSlurmState) -> bool:
+        """Show a node's Slurm state on its pod; False when the pod is gone.
+
+        One merge patch for the label if it changed, one strategic merge patch of the status
+        subresource for the ``registered`` condition if that changed: nothing else.
+        """
+        name = change.node
+        path = f"/api/v1/namespaces/{self.namespace}/pods/{quote(name, safe='')}"
+        patches: list[tuple[str, str, str, dict[str, Any]]] = []
+        if change.label_changes:
+            label = {"metadata": {"labels": {LABEL_SLURM_STATE: change.state}}}
+            patches.append((f"label pod {name}", path, MERGE_PATCH, label))
+        if change.condition_changes:
+            now = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+            condition = registered_condition(name, change.state, change.registered, now)
+            status = {"status": {"conditions": [condition]}}
+            patches.append(
+                (f"condition of pod {name}", f"{path}/status", STRATEGIC_MERGE_PATCH, status)
+            )
+        try:
+            for what, where, kind, patch in patches:
+                body = json.dumps(patch, separators=(",", ":")).encode()
+                self._call(
+                    what,
+                    functools.partial(
+                        send_json,
+                        self._api.api_client,
+                        "PATCH",
+                        where,
+                        body,
+                        self._timeout,
+                        content_type=kind,
+                    ),
+                )
+        except BackendError as e:
+            if is_not_found(e):
+                return False
+            raise
+        return True
+
+    def set_slurm_states(
+        self, changes: Sequence[SetPodSlurmState]
+    ) -> dict[str, bool | BackendError | InvalidInput]:
+        """:meth:`set_slurm_state` for many pods with bounded concurrency: node → done?, or
+        the error."""
+        return self._each([(c.node, c) for c in changes], self.set_slurm_state)
 
     def pod_exists(self, name: str) -> bool:
         """Whether a pod of that name exists now (a read, not the watch's or a list's view)."""

@@ -16,11 +16,23 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 JSON_HEADERS = {"Accept": "application/json", "Content-Type": "application/json"}
+#: Content types of the two patches the bridge sends (labels; a pod's status conditions, which
+#: a strategic merge merges by ``type`` instead of replacing the list).
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
-def send_json(api_client: Any, method: str, path: str, body: bytes, timeout_s: float) -> bytes:
-    """``method`` (POST, DELETE) ``body`` to ``path`` (``/api/v1/namespaces/x/pods``); the
-    answer's bytes.
+def send_json(
+    api_client: Any,
+    method: str,
+    path: str,
+    body: bytes,
+    timeout_s: float,
+    *,
+    content_type: str = "application/json",
+) -> bytes:
+    """``method`` (POST, DELETE, PATCH) ``body`` to ``path`` (``/api/v1/namespaces/x/pods``);
+    the answer's bytes.
 
     Raises what the client's own calls raise: :class:`ApiException` for a status outside 2xx
     (with the response headers, so ``Retry-After`` is seen) and urllib3 or OS errors for the
@@ -29,7 +41,7 @@ def send_json(api_client: Any, method: str, path: str, body: bytes, timeout_s: f
     method, url, headers, _, _ = api_client.param_serialize(
         method=method,
         resource_path=path,
-        header_params=dict(JSON_HEADERS),
+        header_params={**JSON_HEADERS, "Content-Type": content_type},
         auth_settings=["BearerToken"],
     )
     response = api_client.rest_client.pool_manager.request(
