@@ -24,7 +24,8 @@ if [ -r "$skb_env" ]; then
     while IFS= read -r skb_line || [ -n "$skb_line" ]; do
         case $skb_line in
             SKB_HOOK_CLIENT=* | SKB_PYTHON=* | SKB_SOCKET=* | SKB_SLURM_BIN=* | SKB_HOOK_LOG=* | \
-            SKB_TIMEOUT_S=* | SKB_TLS_CERT=* | SKB_TLS_KEY=* | SKB_TLS_CA=* | SKB_JOB_READY_MAX_S=*)
+            SKB_TIMEOUT_S=* | SKB_TLS_CERT=* | SKB_TLS_KEY=* | SKB_TLS_CA=* | SKB_JOB_READY_MAX_S=* | \
+            SKB_SLURM_CONF=*)
                 skb_key=${skb_line%%=*}
                 skb_value=${skb_line#*=}
                 case $skb_value in

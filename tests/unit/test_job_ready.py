@@ -28,12 +28,16 @@ def _hooks(tmp_path: Path, answers: list[str | None], max_s: str = "") -> Path:
         "#!/bin/sh\n"
         f'd={bin_dir}\nn=$(/bin/cat "$d/calls" 2>/dev/null || echo 0)\n'
         'echo $((n + 1)) > "$d/calls"\necho "$*" >> "$d/argv"\n'
+        'echo "${SLURM_CONF:-unset}" >> "$d/conf"\n'
         f'[ -f "$d/answer.$n" ] || n={len(answers) - 1}\n'
         'a=$(/bin/cat "$d/answer.$n")\n[ "$a" = FAIL ] && exit 1\n'
         '[ -n "$a" ] && printf "%s\\n" "$a"\nexit 0\n'
     )
     sinfo.chmod(0o755)
-    env = f"SKB_SLURM_BIN={bin_dir}\nSKB_HOOK_LOG={tmp_path / 'hooks.log'}\n"
+    env = (
+        f"SKB_SLURM_BIN={bin_dir}\nSKB_HOOK_LOG={tmp_path / 'hooks.log'}\n"
+        "SKB_SLURM_CONF=/etc/site/slurm.conf\n"
+    )
     if max_s:
         env += f"SKB_JOB_READY_MAX_S={max_s}\n"
     (hooks / "hooks.env").write_text(env)
@@ -51,6 +55,7 @@ def _hooks(tmp_path: Path, answers: list[str | None], max_s: str = "") -> Path:
         ([""], "", 1, None),  # sinfo shows none of the nodes (22.05 without PrivateData=cloud)
         ([None, "idle"], "", 2, "result=ready waited_ms=200"),  # sinfo failed once
         (["alloc#"], "1", 5, "result=timeout waited_ms=1000"),
+        ([None], "", 5, "result=sinfo-failed waited_ms=800"),  # never holds jobs for long
         (["alloc#"], "nonsense", 1, None),  # a typo means the default, not "no wait" ...
     ],
     ids=[
@@ -62,6 +67,7 @@ def _hooks(tmp_path: Path, answers: list[str | None], max_s: str = "") -> Path:
         "not-shown",
         "sinfo-failed",
         "gives-up",
+        "sinfo-fails",
         "bad-max",
     ],
 )
@@ -78,6 +84,8 @@ def test_job_ready(
     assert done.returncode == 0, done.stderr
     assert int((tmp_path / "bin" / "calls").read_text()) == calls
     assert (tmp_path / "bin" / "argv").read_text().splitlines()[0] == "-h -N -n cpu-[0-1] -o %t"
+    # slurmctld passes a PrologSlurmctld no SLURM_CONF: hooks.env's SKB_SLURM_CONF stands in.
+    assert set((tmp_path / "bin" / "conf").read_text().split()) == {"/etc/site/slurm.conf"}
     log = tmp_path / "hooks.log"
     if logged is None:
         assert not log.exists() or log.read_text() == ""

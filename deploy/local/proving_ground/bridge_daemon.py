@@ -72,6 +72,8 @@ def write_hooks_env(layout: Layout) -> None:
         f"SKB_SOCKET=unix:{BRIDGE_SOCKET}\n"
         "SKB_SLURM_BIN=/usr/bin\n"
         f"SKB_HOOK_LOG={layout.logs / 'hooks.log'}\n"
+        # job_ready (PrologSlurmctld) gets no SLURM_CONF from slurmctld.
+        f"SKB_SLURM_CONF={layout.slurm_conf}\n"
     )
 
 
