@@ -81,7 +81,19 @@ def test_slurm_state_on_pods_and_pod_facts_in_slurm(
 ) -> None:
     pg = proving_ground
     use("cpu-[0-1]")
-    job = submit(pg, "-p", "cpu", "-N2", "-w", "cpu-[0-1]", "--chdir=/tmp", "--wrap", "sleep 45")
+    # --exclusive: the whole node, so Slurm says ALLOCATED (one CPU of two would be MIXED).
+    job = submit(
+        pg,
+        "-p",
+        "cpu",
+        "-N2",
+        "--exclusive",
+        "-w",
+        "cpu-[0-1]",
+        "--chdir=/tmp",
+        "--wrap",
+        "sleep 45",
+    )
 
     # Powering up: every look at a pod, then at Slurm (that order: a pod Ready before the look
     # at Slurm had registered before it). Ready may never come before Slurm shows the node up.
