@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT / "deploy" / "local"))
 from proving_ground import ground
 from proving_ground.layout import APISERVER_PORT, HOST_IP, MUNGE_SOCKET, Layout
 from proving_ground.processes import State
-from proving_ground.slurm import RENDER_OPTIONS, controller_lines
+from proving_ground.slurm import controller_lines, render_options
 
 from bridge.config import load_config
 from bridge.domain.hostlist import expand
@@ -524,7 +524,7 @@ class Harness:
                 source="bench/chaos.py",
                 # The proving ground's own render options (Slurm 22.05), with our timers.
                 **{
-                    **RENDER_OPTIONS,
+                    **render_options("22.05"),
                     "suspend_time": 30,
                     "suspend_timeout": SUSPEND_TIMEOUT,
                     "resume_timeout": self.resume_timeout,
