@@ -55,6 +55,13 @@ def _run_two_node_job(pg: ProvingGround, partition: str, nodes: str, names: list
     assert state == "COMPLETED", f"job {job} ended {state}"
     text = Path(str(out).replace("%j", str(job))).read_text()
     assert sorted(text.split()) == sorted(names), text
+    # slurmd can register, and with job_ready the job end, before the kubelet reported the
+    # pod's IP to the apiserver: wait for it (the pods stay until SuspendTime).
+    wait_for(
+        "pod IPs in the apiserver",
+        lambda: all(pods(pg)[n]["status"].get("podIP") for n in names) or None,
+        30,
+    )
     for name in names:
         pod = pods(pg)[name]
         assert pod["spec"]["hostname"] == name

@@ -146,7 +146,10 @@ def test_doctor_fails_naming_create_pods(proving_ground: ProvingGround, limited:
     assert result.returncode == 1
     failures = lines(result, "FAIL")
     assert any(
-        line.startswith("FAIL  rbac:") and f"may not create pods in namespace {THROWAWAY}" in line
+        # The verbs it lacks, all named: create pods, and patch pods and pods/status (the pods'
+        # Slurm state label and registered condition).
+        line.startswith("FAIL  rbac:")
+        and f"may not create pods, patch pods, patch pods/status in namespace {THROWAWAY}" in line
         for line in failures
     ), failures
     # Its namespace has no munge key: a 404 this time, not a refusal.
