@@ -77,6 +77,18 @@ def run_hook(pg: ProvingGround, hook: str, hostlist: str, resume_file: str | Non
     ).returncode
 
 
+def wait_pod_ips(pg: ProvingGround, names: list[str], timeout: float = 30) -> dict[str, str]:
+    """The pods' IPs once the apiserver shows them. slurmd can register, and with job_ready
+    (PrologSlurmctld) a short job end, before the kubelet has reported the pod's IP."""
+
+    def probe() -> dict[str, str] | None:
+        current = pods(pg)
+        ips = {n: current[n]["status"].get("podIP", "") for n in names if n in current}
+        return ips if len(ips) == len(names) and all(ips.values()) else None
+
+    return wait_for(f"pod IPs of {', '.join(names)}", probe, timeout)
+
+
 def submit(pg: ProvingGround, *args: str) -> int:
     out = pg.slurm("sbatch", "--parsable", *args)
     return int(out.strip().split(";")[0])

@@ -23,6 +23,7 @@ from tests.cluster import (
     wait_down,
     wait_for,
     wait_idle_powered_down,
+    wait_pod_ips,
 )
 from tests.conftest import ProvingGround, Use
 
@@ -55,18 +56,12 @@ def _run_two_node_job(pg: ProvingGround, partition: str, nodes: str, names: list
     assert state == "COMPLETED", f"job {job} ended {state}"
     text = Path(str(out).replace("%j", str(job))).read_text()
     assert sorted(text.split()) == sorted(names), text
-    # slurmd can register, and with job_ready the job end, before the kubelet reported the
-    # pod's IP to the apiserver: wait for it (the pods stay until SuspendTime).
-    wait_for(
-        "pod IPs in the apiserver",
-        lambda: all(pods(pg)[n]["status"].get("podIP") for n in names) or None,
-        30,
-    )
+    ips = wait_pod_ips(pg, names)  # the pods stay until SuspendTime
     for name in names:
         pod = pods(pg)[name]
         assert pod["spec"]["hostname"] == name
         fields = node(pg, name)
-        assert fields["NodeAddr"] == pod["status"]["podIP"]
+        assert fields["NodeAddr"] == ips[name]
         # The pod's slurmd is of the ground's series (a slurmd of another one is refused).
         assert fields["Version"].startswith(f"{pg.series}."), fields["Version"]
     return time.monotonic() - started

@@ -26,6 +26,7 @@ from tests.cluster import (
     submit,
     wait_down,
     wait_for,
+    wait_pod_ips,
 )
 from tests.conftest import ProvingGround, Use
 
@@ -87,8 +88,9 @@ def test_slurmctld_restart_while_nodes_power_up_the_job_completes(
     done_at = time.monotonic() - started
     assert state == "COMPLETED", f"job {job} ended {state}; output: {out.read_text()!r}"
     assert sorted(out.read_text().split()) == names
+    ips = wait_pod_ips(pg, names)
     for name in names:
-        assert slurm_node(pg, name).address == pods(pg)[name]["status"]["podIP"], name
+        assert slurm_node(pg, name).address == ips[name], name
     print(
         f"{hostlist}: slurmctld restarted at +{restart_at:.1f}s (away {away:.1f}s); "
         f"job COMPLETED at +{done_at:.1f}s"
