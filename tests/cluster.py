@@ -77,6 +77,16 @@ def run_hook(pg: ProvingGround, hook: str, hostlist: str, resume_file: str | Non
     ).returncode
 
 
+def step_output(text: str) -> list[str]:
+    """The words a job's steps printed, without srun's own diagnostics (``srun: ...``). When
+    job_ready starts a job within a second of its pods, srun may log a retried lookup of a peer
+    whose DNS record cluster DNS has not published yet (``getaddrinfo() failed: Temporary
+    failure in name resolution``) and then succeed; the steps' output is what counts."""
+    return sorted(
+        word for line in text.splitlines() if not line.startswith("srun: ") for word in line.split()
+    )
+
+
 def wait_pod_ips(pg: ProvingGround, names: list[str], timeout: float = 30) -> dict[str, str]:
     """The pods' IPs once the apiserver shows them. slurmd can register, and with job_ready
     (PrologSlurmctld) a short job end, before the kubelet has reported the pod's IP."""

@@ -19,6 +19,7 @@ from tests.cluster import (
     node,
     pods,
     restart_bridge,
+    step_output,
     submit,
     wait_down,
     wait_for,
@@ -55,7 +56,7 @@ def _run_two_node_job(pg: ProvingGround, partition: str, nodes: str, names: list
     state = wait_for(f"job {job} to finish", lambda: job_finished(pg, job), 180, every=1)
     assert state == "COMPLETED", f"job {job} ended {state}"
     text = Path(str(out).replace("%j", str(job))).read_text()
-    assert sorted(text.split()) == sorted(names), text
+    assert step_output(text) == sorted(names), text
     ips = wait_pod_ips(pg, names)  # the pods stay until SuspendTime
     for name in names:
         pod = pods(pg)[name]

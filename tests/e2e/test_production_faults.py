@@ -23,6 +23,7 @@ from tests.cluster import (
     pods,
     restart_bridge,
     restart_slurmctld,
+    step_output,
     submit,
     wait_down,
     wait_for,
@@ -87,7 +88,7 @@ def test_slurmctld_restart_while_nodes_power_up_the_job_completes(
     state = wait_for(f"job {job} to finish", lambda: job_finished(pg, job), 240, every=1)
     done_at = time.monotonic() - started
     assert state == "COMPLETED", f"job {job} ended {state}; output: {out.read_text()!r}"
-    assert sorted(out.read_text().split()) == names
+    assert step_output(out.read_text()) == names, out.read_text()
     ips = wait_pod_ips(pg, names)
     for name in names:
         assert slurm_node(pg, name).address == ips[name], name
