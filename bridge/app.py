@@ -16,6 +16,7 @@ from typing import Protocol
 from bridge.adapters.kubernetes import PodEvent, PodGateway, WatchExpired
 from bridge.adapters.slurm_cli import SlurmCli, read_slurm_user
 from bridge.api import TlsServerFiles, build_server
+from bridge.domain.disruption_budget import render_disruption_budgets
 from bridge.domain.pods import PodView
 from bridge.errors import BridgeError, ConfigError
 from bridge.metrics import BridgeMetrics, MetricsServer
@@ -291,6 +292,29 @@ def log_slurm_version(slurm: SlurmCli, bin_dir: str) -> None:
         log.warning("Slurm version unknown (probed again on first use): %s", e)
 
 
+def ensure_disruption_budgets(config: BridgeConfig, pods: PodGateway) -> None:
+    """Create or patch the PodDisruptionBudget of every pool that asks for one. Not fatal: without
+    it ``kubectl drain`` evicts busy pods (their nodes fail fast and Slurm requeues the jobs)."""
+    for manifest in render_disruption_budgets(config.pools, config.pod_settings()):
+        name = manifest["metadata"]["name"]
+        try:
+            created = pods.ensure_disruption_budget(manifest)
+        except BridgeError as e:
+            log.warning(
+                "poddisruptionbudget %s not ensured (kubectl drain may evict busy pods; the Role "
+                "needs get, create, patch on policy/poddisruptionbudgets): %s",
+                name,
+                e,
+            )
+            continue
+        log.info(
+            "poddisruptionbudget %s %s: minAvailable %d",
+            name,
+            "created" if created else "updated",
+            manifest["spec"]["minAvailable"],
+        )
+
+
 def start(config: BridgeConfig) -> Bridge:
     """Connect the adapters, start the gRPC server, the metrics endpoint (when
     ``bridge.metrics_address`` is set), the watch and the reconcile loop."""
@@ -312,7 +336,7 @@ def start(config: BridgeConfig) -> Bridge:
     log_slurm_version(slurm, config.slurm.bin_dir)
     # Reconcile and status read the watch's cache; the watcher below fills it.
     cache = PodCache()
-    service = BridgeService(config, slurm, pods, pod_views=cache, metrics=metrics)
+    service = BridgeService(config, slurm, pods, pod_views=cache, metrics=metrics, cordons=pods)
     reconciler = Reconciler(service, config.bridge.reconcile_interval_s)
     tls = None
     if config.bridge.tls_cert and config.bridge.tls_key and config.bridge.tls_client_ca:
@@ -337,6 +361,7 @@ def start(config: BridgeConfig) -> Bridge:
     )
     server.start()
     watcher = PodWatcher(pods, reconciler, cache=cache, metrics=metrics)
+    ensure_disruption_budgets(config, pods)  # before the first pass, which may drain nodes
     reconciler.start()
     watcher.start()
     reconciler.poke()  # converge at once after a (re)start

@@ -22,6 +22,12 @@ class PodLister(Protocol):
     def list_pods(self) -> tuple[list[PodView], str]: ...
 
 
+class CordonLister(Protocol):
+    """Which Kubernetes nodes are cordoned (``PodGateway.list_cordoned_nodes``)."""
+
+    def list_cordoned_nodes(self) -> frozenset[str]: ...
+
+
 class SlurmPort(Protocol):
     """What the service needs from Slurm (``bridge.adapters.slurm_cli.SlurmCli``)."""
 

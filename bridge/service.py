@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from bridge.cordons import CordonedNodes
 from bridge.domain.circuit import (
     BreakerChange,
     BreakerPolicy,
@@ -36,6 +37,7 @@ from bridge.domain.reconcile import (
     Guards,
     MarkDown,
     PowerDown,
+    PowerDownAsap,
     ResumeNode,
     SetAddress,
     SetComment,
@@ -52,7 +54,7 @@ from bridge.errors import (
     TransientBackendError,
 )
 from bridge.metrics import BridgeMetrics
-from bridge.ports import PodLister, PodPort, SlurmPort
+from bridge.ports import CordonLister, PodLister, PodPort, SlurmPort
 from bridge.resume_dispatcher import ResumeDispatcher
 from bridge.settings import BridgeConfig
 
@@ -85,6 +87,7 @@ class BridgeService:
         pod_views: PodLister | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         metrics: BridgeMetrics | None = None,
+        cordons: CordonLister | None = None,
     ) -> None:
         self.config = config
         self.slurm = slurm
@@ -92,6 +95,8 @@ class BridgeService:
         #: Where reconcile and status read the pods: the watch-fed cache when the app has one
         #: (no list per pass), else ``pods`` itself.
         self.pod_views: PodLister = pod_views or pods
+        #: The cordoned Kubernetes nodes, read once per pass; None: no cordon handling.
+        self.cordons = CordonedNodes(cordons) if cordons is not None else None
         self.clock = clock
         #: Where the use cases report what they saw; an unserved registry when not given.
         #: Its times are time.monotonic(), not ``clock``: latencies need a clock that never
@@ -444,7 +449,10 @@ class BridgeService:
             now = self.clock()
             with self._breaker_lock:
                 self._expire_pauses(now)  # a pause's end is logged within a pass
-            actions = plan(nodes, pods, self.config.pools, now, self.guards, events=events)
+            cordoned = self.cordons.read() if self.cordons is not None else frozenset()
+            actions = plan(
+                nodes, pods, self.config.pools, now, self.guards, events=events, cordoned=cordoned
+            )
             if actions:
                 self.execute(actions)
             self.metrics.reconcile_pass(time.monotonic() - started, actions)
@@ -489,6 +497,7 @@ class BridgeService:
         self._set_addresses([a for a in actions if isinstance(a, SetAddress)])
         self._set_comments([a for a in actions if isinstance(a, SetComment)])
         self._update("power_down_force", [a for a in actions if isinstance(a, PowerDown)])
+        self._power_down_asap([a for a in actions if isinstance(a, PowerDownAsap)])
         self._update("resume", [a for a in actions if isinstance(a, ResumeNode)])
         creates = self._not_in_flight([a for a in actions if isinstance(a, CreatePod)])
         if creates:
@@ -589,6 +598,21 @@ class BridgeService:
         except BridgeError as e:
             # A node may have moved on since we looked (e.g. already powered down): next pass.
             log.warning("reconcile: %s %s failed: %s", state, compress(nodes), e)
+
+    def _power_down_asap(self, actions: Sequence[PowerDownAsap]) -> None:
+        by_reason: dict[str, list[str]] = defaultdict(list)
+        for action in actions:
+            by_reason[action.reason].append(action.node)
+        for reason, nodes in by_reason.items():
+            try:
+                self.slurm.update_nodes(nodes, state="power_down_asap", reason=reason)
+                log.info("reconcile: power_down_asap %s: %s", compress(nodes), reason)
+            except BridgeError as e:
+                log.warning(
+                    "reconcile: power_down_asap %s failed (next pass retries): %s",
+                    compress(nodes),
+                    e,
+                )
 
     # -- status ----------------------------------------------------------------------------------
 

@@ -10,7 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictBool,
+    model_validator,
+)
 
 from bridge.config import field_rules as rules
 from bridge.config.field_rules import FieldProblem
@@ -210,6 +218,8 @@ class PoolEntry(BaseModel):
     pod_template: Annotated[Any, BeforeValidator(_template)] = Field(default_factory=dict)
     #: None: the bridge's ``circuit_breaker``.
     circuit_breaker: Annotated[BreakerSection | None, BeforeValidator(_breaker)] = None
+    #: A PodDisruptionBudget for the pool's pods (``true``/``false`` only, no "yes").
+    disruption_budget: StrictBool = False
     _pool: NodePool | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
@@ -248,6 +258,7 @@ class PoolEntry(BaseModel):
                 schedule_timeout_s=self.schedule_timeout_s,
                 image_pull_timeout_s=self.image_pull_timeout_s,
                 circuit_breaker=self.circuit_breaker.policy if self.circuit_breaker else None,
+                disruption_budget=self.disruption_budget,
             )
         except PoolError as e:
             raise FieldProblem(e.reason, e.path) from None

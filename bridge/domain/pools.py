@@ -102,6 +102,9 @@ class NodePool:
     image_pull_timeout_s: float = 120.0
     #: This pool's circuit breaker; None: the bridge's default (``bridge.circuit_breaker``).
     circuit_breaker: BreakerPolicy | None = None
+    #: Whether the bridge keeps a PodDisruptionBudget for the pool's pods (see
+    #: ``disruption_budget``): ``kubectl drain`` then waits for the Slurm node's jobs.
+    disruption_budget: bool = False
 
     def __post_init__(self) -> None:
         # Deep copy: a caller changing its dict later must not change the pool.
@@ -129,6 +132,7 @@ class NodePool:
         schedule_timeout_s: float = 300.0,
         image_pull_timeout_s: float = 120.0,
         circuit_breaker: BreakerPolicy | None = None,
+        disruption_budget: bool = False,
     ) -> NodePool:
         """Build a pool from its hostlist; the partition defaults to the pool's name."""
         try:
@@ -150,6 +154,7 @@ class NodePool:
             schedule_timeout_s=schedule_timeout_s,
             image_pull_timeout_s=image_pull_timeout_s,
             circuit_breaker=circuit_breaker,
+            disruption_budget=disruption_budget,
         )
 
     def _fail(self, path: str | FieldPath, message: str) -> PoolError:

@@ -30,6 +30,10 @@ node wants its pod, pod runs on a node     the Comment names pod, Kubernetes nod
 with an IP                                 over an admin's comment); a waiting message wins
 pod that stays, its label or condition     ``SetPodSlurmState``: the state label and the
 differs from the node's Slurm state        ``registered`` condition follow Slurm
+node wants its pod, pod runs on a cordoned ``PowerDownAsap`` with ``k8s: Cordoned``: Slurm
+Kubernetes node                            drains it, powers it down when its jobs end, and the
+                                           next resume's pod lands elsewhere (not over an
+                                           admin's drain, not twice)
 =========================================  ======================================================
 
 The last two act only on a difference, so a quiet cluster costs no write: at most one label
@@ -149,6 +153,16 @@ class PowerDown:
 
 
 @dataclass(frozen=True)
+class PowerDownAsap:
+    """Drain the node with our reason and power it down once its jobs end (Slurm's
+    POWER_DOWN_ASAP); Slurm clears that drain itself when it powers the node down, so the next
+    resume creates a new pod."""
+
+    node: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class ResumeNode:
     """Clear our DOWN on a powered-down node: it becomes ``idle~`` and schedulable again."""
 
@@ -162,6 +176,7 @@ Action = (
     | ForceDeletePod
     | MarkDown
     | PowerDown
+    | PowerDownAsap
     | ResumeNode
     | SetAddress
     | SetComment
@@ -239,6 +254,23 @@ def _plan_wanted(node: SlurmNode, pod: PodView | None, pool: NodePool) -> list[A
     return []
 
 
+def _plan_cordoned(node: SlurmNode, pod: PodView | None, cordoned: frozenset[str]) -> list[Action]:
+    """Kubernetes is draining the pod's host: let Slurm drain the node first, so that its jobs
+    end before the pod goes (a pod disruption budget keeps ``kubectl drain`` waiting)."""
+    if pod is None or pod.deleting or not pod.host or pod.host not in cordoned:
+        return []
+    if not node.wants_pod:
+        return []
+    if node.power_down_queued and node.has_our_reason:
+        return []  # asked already; Slurm powers it down when its jobs end
+    if node.is_drained and not node.has_our_reason:
+        # An admin's drain: theirs to lift. Slurm powers an idle drained node down after
+        # SuspendTime anyway, and the drain keeps new jobs off it meanwhile.
+        return []
+    message = f"kubernetes node {pod.host} is cordoned; powered down when its jobs end"
+    return [PowerDownAsap(node.name, our_reason("Cordoned", message))]
+
+
 def _plan_stuck(pod: PodView | None, now: datetime, guards: Guards) -> list[Action]:
     if pod is None or not pod.deleting or pod.deletion_deadline is None:
         return []
@@ -303,8 +335,10 @@ def plan_node(
     guards: Guards,
     *,
     events: Iterable[ScaleUpEvent] = (),
+    cordoned: frozenset[str] = frozenset(),
 ) -> list[Action]:
-    """The actions for one node that a pool owns and Slurm knows."""
+    """The actions for one node that a pool owns and Slurm knows; ``cordoned`` names the
+    Kubernetes nodes marked unschedulable."""
     waiting = ""
     if node.is_powered_down or node.is_powering_down:
         actions = _plan_powering_down(node, pod, now, guards)
@@ -319,7 +353,7 @@ def plan_node(
         else:
             if isinstance(verdict, Wait):
                 waiting = our_reason("waiting", verdict.why)
-            actions = _plan_wanted(node, pod, pool)
+            actions = [*_plan_wanted(node, pod, pool), *_plan_cordoned(node, pod, cordoned)]
     actions = [*actions, *_plan_stuck(pod, now, guards)]
     return [
         *actions,
@@ -337,10 +371,12 @@ def plan(
     guards: Guards,
     *,
     events: Iterable[ScaleUpEvent] = (),
+    cordoned: frozenset[str] = frozenset(),
 ) -> list[Action]:
     """Everything to do so that Slurm's and Kubernetes' views agree, in a stable order.
 
-    ``events`` are what a cluster autoscaler said about our pods (see ``verdict.judge_pod``).
+    ``events`` are what a cluster autoscaler said about our pods (see ``verdict.judge_pod``);
+    ``cordoned`` the Kubernetes nodes marked unschedulable (``spec.unschedulable``).
     """
     scale_events = tuple(events)
     nodes: Mapping[str, SlurmNode] = {n.name: n for n in slurm_nodes}
@@ -359,5 +395,7 @@ def plan(
                 actions.append(DeletePod(name, f"orphan pod: {owner}", pod.uid))
             actions.extend(_plan_stuck(pod, now, guards))
             continue
-        actions.extend(plan_node(node, pod, pool, now, guards, events=scale_events))
+        actions.extend(
+            plan_node(node, pod, pool, now, guards, events=scale_events, cordoned=cordoned)
+        )
     return actions

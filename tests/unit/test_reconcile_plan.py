@@ -24,6 +24,7 @@ from bridge.domain.reconcile import (
     Guards,
     MarkDown,
     PowerDown,
+    PowerDownAsap,
     ResumeNode,
     SetAddress,
     SetComment,
@@ -83,6 +84,7 @@ def pod(
     holdup: PodHoldup | None = None,
     overdue_s: float | None = None,
     ip: str | None = None,
+    host: str = "",
 ) -> PodView:
     """A pod of ours created ``age_s`` seconds before ``NOW``; ``overdue_s``: how long ago its
     deletion grace period ended."""
@@ -99,6 +101,7 @@ def pod(
         uid=uid,
         holdup=holdup,
         deletion_deadline=deadline,
+        host=host,
     )
 
 
@@ -130,6 +133,8 @@ class Case:
     marks: tuple[Any, ...] = ()
     #: What a cluster autoscaler said (Events on pods).
     events: list[ScaleUpEvent] = field(default_factory=list)
+    #: The Kubernetes nodes that are cordoned.
+    cordoned: frozenset[str] = frozenset()
 
 
 def held(name: str, reason: str) -> list[Action]:
@@ -148,6 +153,8 @@ def fail_fast(
 
 
 OURS = "k8s: ErrImagePull: pull access denied"
+CORDONED_KN_1 = "k8s: Cordoned: kubernetes node kn-1 is cordoned; powered down when its jobs end"
+ON_KN_1 = "k8s: pod cpu-0 on kn-1 ip 10.0.0.1"
 ADMIN = "maintenance: disk check"
 
 CASES = [
@@ -341,6 +348,69 @@ CASES = [
         [node("cpu-0", "IDLE", "DRAIN", reason=ADMIN)],
         [pod("cpu-0")],
         [],
+    ),
+    # -- Slurm drain: the pod stays until Slurm powers the node down ------------------------------
+    Case(
+        "admin-drain+busy:keep-the-pod",
+        [node("cpu-0", "ALLOCATED", "DRAIN", reason=ADMIN)],
+        [pod("cpu-0")],
+        [],
+    ),
+    Case(
+        "admin-drain+idle:nothing(slurm-powers-down-after-SuspendTime)",
+        [node("cpu-0", "IDLE", "DRAIN", reason=ADMIN)],
+        [pod("cpu-0")],
+        [],
+    ),
+    # -- Kubernetes cordon/drain: Slurm drains the node first -----------------------------------
+    Case(
+        "cordoned-host+busy:power-down-asap",
+        [node("cpu-0", "ALLOCATED", comment=ON_KN_1)],
+        [pod("cpu-0", host="kn-1")],
+        [PowerDownAsap("cpu-0", CORDONED_KN_1)],
+        cordoned=frozenset({"kn-1"}),
+    ),
+    Case(
+        "cordoned-host+idle:power-down-asap",
+        [node("cpu-0", "IDLE", comment=ON_KN_1)],
+        [pod("cpu-0", host="kn-1")],
+        [PowerDownAsap("cpu-0", CORDONED_KN_1)],
+        cordoned=frozenset({"kn-1"}),
+    ),
+    Case(
+        "cordoned-host+already-queued-with-our-reason:nothing",
+        [node("cpu-0", "ALLOCATED", "DRAIN", "POWER_DOWN", reason=CORDONED_KN_1, comment=ON_KN_1)],
+        [pod("cpu-0", host="kn-1")],
+        [],
+        cordoned=frozenset({"kn-1"}),
+    ),
+    Case(
+        "cordoned-host+admin-drain:not-over-it",
+        [node("cpu-0", "ALLOCATED", "DRAIN", reason=ADMIN, comment=ON_KN_1)],
+        [pod("cpu-0", host="kn-1")],
+        [],
+        cordoned=frozenset({"kn-1"}),
+    ),
+    Case(
+        "other-host-cordoned:nothing",
+        [node("cpu-0", "ALLOCATED", comment=ON_KN_1)],
+        [pod("cpu-0", host="kn-1")],
+        [],
+        cordoned=frozenset({"kn-2"}),
+    ),
+    Case(
+        "cordoned-host+pod-deleting:fail-not-drain",
+        [node("cpu-0", "ALLOCATED")],
+        [pod("cpu-0", host="kn-1", deleting=True, failure=DELETED)],
+        fail_fast("cpu-0", DELETED, delete=False),
+        cordoned=frozenset({"kn-1"}),
+    ),
+    Case(
+        "cordoned-host+powering-down:delete-not-drain",
+        [node("cpu-0", "IDLE", "POWERING_DOWN", reason=CORDONED_KN_1)],
+        [pod("cpu-0", host="kn-1")],
+        [DeletePod("cpu-0", "Slurm node is powering down")],
+        cordoned=frozenset({"kn-1"}),
     ),
     # -- node up, no pod: DOWN with PodMissing, power down -------------------------------------
     Case(
@@ -597,7 +667,9 @@ def core(actions: list[Action]) -> list[Action]:
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
 def test_plan(case: Case) -> None:
-    found = plan(case.nodes, case.pods, POOLS, NOW, GUARDS, events=case.events)
+    found = plan(
+        case.nodes, case.pods, POOLS, NOW, GUARDS, events=case.events, cordoned=case.cordoned
+    )
     assert core(found) == case.actions
 
 
@@ -618,6 +690,8 @@ def apply(actions: list[Action], slurm: FakeSlurm, pods: FakePods) -> None:
     for a in actions:
         if isinstance(a, PowerDown):
             slurm.update_nodes([a.node], state="power_down_force")
+        elif isinstance(a, PowerDownAsap):
+            slurm.update_nodes([a.node], state="power_down_asap", reason=a.reason)
         elif isinstance(a, ResumeNode):
             slurm.update_nodes([a.node], state="resume")
         elif isinstance(a, CreatePod):
@@ -629,16 +703,47 @@ def test_plan_after_its_actions_is_quiet(case: Case) -> None:
     slurm = FakeSlurm(case.nodes, now=NOW)
     pods = FakePods(now=NOW)
     pods.pods = {p.node: p for p in case.pods}
-    events = case.events
-    apply(plan(case.nodes, case.pods, POOLS, NOW, GUARDS, events=events), slurm, pods)
-    second = plan(slurm.list_nodes(), pods.list_pods()[0], POOLS, NOW, GUARDS, events=events)
+    events, cordoned = case.events, case.cordoned
+    apply(
+        plan(case.nodes, case.pods, POOLS, NOW, GUARDS, events=events, cordoned=cordoned),
+        slurm,
+        pods,
+    )
+    second = plan(
+        slurm.list_nodes(),
+        pods.list_pods()[0],
+        POOLS,
+        NOW,
+        GUARDS,
+        events=events,
+        cordoned=cordoned,
+    )
     assert core(second) == case.then
     apply(second, slurm, pods)
     # A pod created by ``then`` shows its Slurm state one pass later; after that, quiet.
-    third = plan(slurm.list_nodes(), pods.list_pods()[0], POOLS, NOW, GUARDS, events=events)
+    third = plan(
+        slurm.list_nodes(),
+        pods.list_pods()[0],
+        POOLS,
+        NOW,
+        GUARDS,
+        events=events,
+        cordoned=cordoned,
+    )
     assert core(third) == []
     apply(third, slurm, pods)
-    assert plan(slurm.list_nodes(), pods.list_pods()[0], POOLS, NOW, GUARDS, events=events) == []
+    assert (
+        plan(
+            slurm.list_nodes(),
+            pods.list_pods()[0],
+            POOLS,
+            NOW,
+            GUARDS,
+            events=events,
+            cordoned=cordoned,
+        )
+        == []
+    )
 
 
 def test_plan_is_pure() -> None:

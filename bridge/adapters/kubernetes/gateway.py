@@ -17,6 +17,7 @@ from kubernetes import config as k8s_config
 
 from bridge.adapters.call_counters import CallCounters
 from bridge.adapters.kubernetes.calls import call, call_within, is_not_found
+from bridge.adapters.kubernetes.drains import ensure_disruption_budget, list_cordoned_nodes
 from bridge.adapters.kubernetes.events import EVENT_SENDERS, EventRecorder, QueuedEvent
 from bridge.adapters.kubernetes.json_bytes import MERGE_PATCH, STRATEGIC_MERGE_PATCH, send_json
 from bridge.adapters.kubernetes.scale_up import scale_up_event
@@ -181,6 +182,10 @@ class PodGateway:
             request_timeout_s=self._timeout,
             on_bookmark=on_bookmark,
         )
+
+    def list_cordoned_nodes(self) -> frozenset[str]:
+        """The Kubernetes nodes marked unschedulable (see :mod:`.drains`)."""
+        return list_cordoned_nodes(self._api.api_client, self._timeout, self.counters)
 
     # -- writing ---------------------------------------------------------------------------------
 
@@ -370,6 +375,12 @@ class PodGateway:
             )
         except (BackendError, InvalidInput) as e:
             log.warning("event %s not recorded: %s", event.label, e)
+
+    def ensure_disruption_budget(self, manifest: Mapping[str, Any]) -> bool:
+        """Create or patch a pool's PodDisruptionBudget; True when created (see :mod:`.drains`)."""
+        return ensure_disruption_budget(
+            self._api.api_client, manifest, self._timeout, self.counters
+        )
 
     def create_pods(
         self, manifests: Sequence[Mapping[str, Any]]
