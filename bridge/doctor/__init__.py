@@ -5,10 +5,12 @@
 """
 
 from bridge.doctor.checks import (
+    CORDON_ACCESS,
     Check,
     Owner,
     SocketFacts,
     Status,
+    check_cordon_access,
     check_hook_program,
     check_name,
     check_object,
@@ -27,10 +29,12 @@ from bridge.doctor.checks import (
 from bridge.doctor.probe import python_version, run_checks
 
 __all__ = [
+    "CORDON_ACCESS",
     "Check",
     "Owner",
     "SocketFacts",
     "Status",
+    "check_cordon_access",
     "check_hook_program",
     "check_name",
     "check_object",

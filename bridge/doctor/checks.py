@@ -23,6 +23,13 @@ REQUIRED_ACCESS: Final = (
     ("pods/status", ("patch",)),
     ("events", ("create", "list")),
 )
+#: What cordon handling needs (cluster-scoped): without it cordoned Kubernetes nodes do not drain
+#: their Slurm nodes first, and the bridge works otherwise.
+CORDON_ACCESS: Final = (("nodes", ("list",)),)
+CORDON_FIX: Final = (
+    "apply the ClusterRole slurm-k8s-bridge-nodes and its ClusterRoleBinding "
+    "(deploy/kustomize/namespace/node-reader.yaml)"
+)
 #: slurm.conf keys naming the programs slurmctld runs for power saving.
 HOOK_KEYS: Final = ("ResumeProgram", "SuspendProgram", "ResumeFailProgram")
 #: The oldest Python the package and its hooks run on (``python -P``, ``datetime.UTC``).
@@ -105,6 +112,19 @@ def check_rbac(missing: Sequence[str], namespace: str, who: str) -> Check:
         )
     wanted = "; ".join(f"{r}: {', '.join(v)}" for r, v in REQUIRED_ACCESS)
     return Check(Status.PASS, "rbac", f"{who} may {wanted} in namespace {namespace}")
+
+
+def check_cordon_access(missing: Sequence[str], who: str) -> Check:
+    """A warning, not a failure: only the drain of Slurm nodes on cordoned hosts is lost."""
+    if missing:
+        return Check(
+            Status.WARN,
+            "rbac-cordons",
+            f"{who} may not {', '.join(missing)} (cluster-wide): cordoned Kubernetes nodes "
+            "will not drain their Slurm nodes first",
+            CORDON_FIX,
+        )
+    return Check(Status.PASS, "rbac-cordons", f"{who} may list nodes (cordon handling on)")
 
 
 def readable_names(rules: Sequence[Mapping[str, Any]], resource: str) -> list[str]:

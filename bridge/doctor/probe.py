@@ -16,12 +16,14 @@ from typing import Any
 from bridge.adapters.kubernetes import PodGateway
 from bridge.adapters.slurm_cli import SlurmCli, read_slurm_user
 from bridge.doctor.checks import (
+    CORDON_ACCESS,
     HOOK_KEYS,
     SLURMD_PORT,
     Check,
     Owner,
     SocketFacts,
     Status,
+    check_cordon_access,
     check_hook_program,
     check_name,
     check_object,
@@ -84,12 +86,15 @@ def _kubernetes_checks(config: BridgeConfig) -> list[Check]:
         try:
             rules, incomplete = pods.access_rules()
             missing = missing_access(rules)
+            cordon_missing = missing_access(rules, CORDON_ACCESS)
             if incomplete:  # another authorizer (webhook) may allow what RBAC's rules miss
                 missing = [m for m in missing if not pods.may(*m.split(" ", 1))]
+                cordon_missing = [m for m in cordon_missing if not pods.may(*m.split(" ", 1))]
         except BackendError as e:
             checks.append(Check(Status.FAIL, "rbac", str(e), "check the credentials and server"))
             return checks
         checks.append(check_rbac(missing, k.namespace, f"credentials from {source}"))
+        checks.append(check_cordon_access(cordon_missing, f"credentials from {source}"))
         secret = config.slurm.munge_key_secret
         checks.append(
             check_object(

@@ -125,7 +125,7 @@ HEAD = "slurm:\n  conf_server: ctl:6817\npools:\n"  # lines 1-3; POOL starts on 
             HEAD + POOL.replace("cpus: 2", "cpu: 2"),
             "bridge.yaml:6: pools[0].cpu: unknown key; known keys: name, nodes, cpus, "
             "real_memory_mb, partition, image, features, gres, weight, schedule_timeout_s, "
-            "image_pull_timeout_s, pod_template, circuit_breaker",
+            "image_pull_timeout_s, pod_template, circuit_breaker, disruption_budget",
         ),
         (
             HEAD + POOL.replace("    cpus: 2\n", ""),

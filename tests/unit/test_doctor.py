@@ -396,3 +396,29 @@ def test_the_systemd_unit_runs_serve_as_its_user_with_a_socket_directory() -> No
         "AF_NETLINK",
     ]
     assert service["SystemCallFilter"] == "@system-service"
+
+
+NODE_LIST_RULE = {"verbs": ["list"], "apiGroups": [""], "resources": ["nodes"]}
+
+
+@pytest.mark.parametrize(
+    ("rules", "status", "text"),
+    [
+        ([POD_RULE, NODE_LIST_RULE], Status.PASS, "x may list nodes (cordon handling on)"),
+        ([{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}], Status.PASS, "may list"),
+        (
+            [POD_RULE],
+            Status.WARN,
+            "x may not list nodes (cluster-wide): cordoned Kubernetes nodes will not drain",
+        ),
+        ([{**NODE_LIST_RULE, "verbs": ["get"]}], Status.WARN, "may not list nodes"),
+    ],
+)
+def test_cordon_access_is_a_warning(
+    rules: list[Mapping[str, Any]], status: Status, text: str
+) -> None:
+    check = doctor.check_cordon_access(doctor.missing_access(rules, doctor.CORDON_ACCESS), "x")
+    assert check.status is status
+    assert text in check.line()
+    if status is Status.WARN:
+        assert "ClusterRole slurm-k8s-bridge-nodes" in check.line()

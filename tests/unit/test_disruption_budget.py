@@ -1,0 +1,143 @@
+"""A pool's PodDisruptionBudget: the config option, the rendered manifest (a table), and the
+adapter's create-or-patch."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from bridge.adapters.kubernetes import PodGateway
+from bridge.config import parse_config
+from bridge.domain.disruption_budget import render_disruption_budget, render_disruption_budgets
+from bridge.domain.pod_rendering import PodSettings
+from bridge.domain.pools import NodePool
+from bridge.errors import ConfigError, Forbidden
+from tests.unit.fake_kube_api import Answer, FakeApiServer, status_answer
+
+SETTINGS = PodSettings(namespace="slurm", cluster_name="lab", conf_server="10.213.0.1:6817")
+SELECTOR = {
+    "app.kubernetes.io/managed-by": "slurm-k8s-bridge",
+    "slurm-k8s-bridge.io/cluster": "lab",
+}
+
+
+def pool(name: str, nodes: str, *, budget: bool = True) -> NodePool:
+    return NodePool.create(
+        name=name,
+        nodes=nodes,
+        cpus=2,
+        real_memory_mb=1024,
+        image="localhost/s:1",
+        disruption_budget=budget,
+    )
+
+
+def budget(name: str, pool_name: str, min_available: int) -> dict[str, Any]:
+    labels = {**SELECTOR, "slurm-k8s-bridge.io/pool": pool_name}
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": "slurm", "labels": labels},
+        "spec": {
+            "minAvailable": min_available,
+            "selector": {"matchLabels": labels},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("node_pool", "expected"),
+    [
+        pytest.param(pool("cpu", "cpu-[0-3]"), budget("lab-cpu", "cpu", 4), id="four-nodes"),
+        pytest.param(pool("big", "big-1"), budget("lab-big", "big", 1), id="one-node"),
+        pytest.param(
+            pool("gpu", "gpu-[0-9],gpu-[20-29]"), budget("lab-gpu", "gpu", 20), id="hostlist"
+        ),
+    ],
+)
+def test_render(node_pool: NodePool, expected: dict[str, Any]) -> None:
+    assert render_disruption_budget(node_pool, SETTINGS) == expected
+
+
+def test_only_the_pools_that_ask_get_one() -> None:
+    pools = [pool("cpu", "cpu-[0-3]"), pool("big", "big-[0-1]", budget=False)]
+    assert render_disruption_budgets(pools, SETTINGS) == [budget("lab-cpu", "cpu", 4)]
+
+
+POOLS = """\
+slurm:
+  conf_server: 10.213.0.1:6817
+pools:
+  - name: cpu
+    nodes: cpu-[0-3]
+    cpus: 2
+    real_memory_mb: 1024
+    image: localhost/slurmd:dev
+"""
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        pytest.param("", False, id="default-off"),
+        pytest.param("    disruption_budget: true\n", True, id="true"),
+        pytest.param("    disruption_budget: false\n", False, id="false"),
+    ],
+)
+def test_the_pool_option(line: str, expected: bool) -> None:
+    config = parse_config(POOLS + line, "bridge.yaml")
+    (cpu,) = config.pools
+    assert cpu.disruption_budget is expected
+
+
+def test_the_pool_option_is_a_boolean() -> None:
+    with pytest.raises(ConfigError, match=r"bridge.yaml:9: pools\[0\].disruption_budget"):
+        parse_config(POOLS + "    disruption_budget: yes please\n", "bridge.yaml")
+
+
+# -- the adapter -----------------------------------------------------------------------------------
+
+PDBS = "/apis/policy/v1/namespaces/slurm/poddisruptionbudgets"
+
+
+@pytest.fixture
+def server() -> Iterator[FakeApiServer]:
+    fake = FakeApiServer()
+    yield fake
+    fake.close()
+
+
+def gateway(server: FakeApiServer) -> PodGateway:
+    return PodGateway(server.core_api(), namespace="slurm", cluster_name="lab", concurrency=2)
+
+
+def test_a_missing_budget_is_created(server: FakeApiServer) -> None:
+    manifest = budget("lab-cpu", "cpu", 4)
+    assert gateway(server).ensure_disruption_budget(manifest) is True
+    (request,) = server.requests
+    assert (request.method, request.path) == ("POST", PDBS)
+    assert json.loads(request.body) == manifest
+
+
+def test_an_existing_budget_is_patched_to_the_manifest(server: FakeApiServer) -> None:
+    server.answer(f"POST {PDBS}", status_answer(409, "AlreadyExists", "lab-cpu already exists"))
+    server.answer(f"PATCH {PDBS}/lab-cpu", Answer(200))
+    manifest = budget("lab-cpu", "cpu", 4)
+    assert gateway(server).ensure_disruption_budget(manifest) is False
+    _, patch = server.requests
+    assert (patch.method, patch.path) == ("PATCH", f"{PDBS}/lab-cpu")
+    assert patch.headers["content-type"] == "application/merge-patch+json"
+    assert json.loads(patch.body) == {
+        "metadata": {"labels": manifest["metadata"]["labels"]},
+        "spec": manifest["spec"],
+    }
+
+
+def test_a_forbidden_budget_is_forbidden(server: FakeApiServer) -> None:
+    server.answer(f"POST {PDBS}", status_answer(403, "Forbidden", "cannot create"))
+    with pytest.raises(Forbidden):
+        gateway(server).ensure_disruption_budget(budget("lab-cpu", "cpu", 4))
