@@ -161,15 +161,18 @@ def test_eviction_is_reflected_in_slurm_and_the_job_requeued(
 
 
 def eviction_cycle(pg: ProvingGround, use: Use) -> None:
-    """A running job's pod evicted: the node DOWN with a k8s: reason, the job requeued."""
-    use("cpu-5")
+    """A running job's pod evicted: the node DOWN with a k8s: reason, the job requeued.
+
+    On pool big: pool cpu has a PodDisruptionBudget on the proving ground, which refuses the
+    eviction of a registered pod (tests/e2e/test_drain.py)."""
+    use("big-3")
     job = submit(
         pg,
         "-p",
-        "cpu",
+        "big",
         "-N1",
         "-w",
-        "cpu-5",
+        "big-3",
         "--chdir=/tmp",
         "--output=/dev/null",
         "--wrap",
@@ -179,22 +182,22 @@ def eviction_cycle(pg: ProvingGround, use: Use) -> None:
     eviction = {
         "apiVersion": "policy/v1",
         "kind": "Eviction",
-        "metadata": {"name": "cpu-5", "namespace": "slurm"},
+        "metadata": {"name": "big-3", "namespace": "slurm"},
     }
     evicted = time.monotonic()
     pg.kubectl(
         "create",
         "--raw",
-        "/api/v1/namespaces/slurm/pods/cpu-5/eviction",
+        "/api/v1/namespaces/slurm/pods/big-3/eviction",
         "-f",
         "-",
         input_text=json.dumps(eviction),
     )
-    down = wait_down(pg, "cpu-5", 30)
+    down = wait_down(pg, "big-3", 30)
     print(f"eviction -> Slurm node DOWN in {time.monotonic() - evicted:.1f}s: {down['Reason']}")
     assert down["Reason"].startswith("k8s: "), down["Reason"]
     wait_for("job requeued", lambda: job_state(pg, job) in ("PENDING", "REQUEUED") or None, 30)
-    wait_for("pod gone", lambda: "cpu-5" not in pods(pg) or None, 60)
+    wait_for("pod gone", lambda: "big-3" not in pods(pg) or None, 60)
     pg.slurm("scancel", str(job))
 
 

@@ -4,12 +4,14 @@ adapter's create-or-patch."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from bridge.adapters.kubernetes import PodGateway
+from bridge.app import ensure_disruption_budgets
 from bridge.config import parse_config
 from bridge.domain.disruption_budget import render_disruption_budget, render_disruption_budgets
 from bridge.domain.pod_rendering import PodSettings
@@ -141,3 +143,61 @@ def test_a_forbidden_budget_is_forbidden(server: FakeApiServer) -> None:
     server.answer(f"POST {PDBS}", status_answer(403, "Forbidden", "cannot create"))
     with pytest.raises(Forbidden):
         gateway(server).ensure_disruption_budget(budget("lab-cpu", "cpu", 4))
+
+
+# -- at start --------------------------------------------------------------------------------------
+
+
+class RecordingBudgets:
+    """The gateway's ``ensure_disruption_budget``: records, creates, or says no by name."""
+
+    def __init__(self, refuse: str = "") -> None:
+        self.refuse = refuse
+        self.ensured: list[str] = []
+
+    def ensure_disruption_budget(self, manifest: dict[str, Any]) -> bool:
+        name = str(manifest["metadata"]["name"])
+        if name == self.refuse:
+            raise Forbidden(f"create poddisruptionbudget {name}: forbidden")
+        self.ensured.append(name)
+        return True
+
+
+TWO_POOLS = (
+    "cluster_name: lab\n"
+    + POOLS
+    + """\
+    disruption_budget: true
+  - name: big
+    nodes: big-[0-1]
+    cpus: 4
+    real_memory_mb: 2048
+    image: localhost/slurmd:dev
+    disruption_budget: true
+  - name: sim
+    nodes: sim-[0-1]
+    cpus: 4
+    real_memory_mb: 2048
+    image: localhost/slurmd:dev
+"""
+)
+
+
+@pytest.mark.parametrize(
+    ("refuse", "ensured", "warned"),
+    [
+        pytest.param("", ["lab-cpu", "lab-big"], False, id="every-pool-that-asks"),
+        pytest.param("lab-cpu", ["lab-big"], True, id="a-refusal-is-a-warning-and-the-rest-go-on"),
+    ],
+)
+def test_the_budgets_are_ensured_at_start(
+    refuse: str, ensured: list[str], warned: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    budgets = RecordingBudgets(refuse)
+    with caplog.at_level(logging.INFO, logger="bridge.app"):
+        ensure_disruption_budgets(parse_config(TWO_POOLS, "bridge.yaml"), budgets)  # type: ignore[arg-type]
+    assert budgets.ensured == ensured
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert bool(warnings) is warned
+    if warned:
+        assert "policy/poddisruptionbudgets" in warnings[0]
