@@ -600,6 +600,7 @@ class BridgeService:
             log.warning("reconcile: %s %s failed: %s", state, compress(nodes), e)
 
     def _power_down_asap(self, actions: Sequence[PowerDownAsap]) -> None:
+        """Drain the nodes with our reason, to be powered down once their jobs end."""
         by_reason: dict[str, list[str]] = defaultdict(list)
         for action in actions:
             by_reason[action.reason].append(action.node)
@@ -608,11 +609,8 @@ class BridgeService:
                 self.slurm.update_nodes(nodes, state="power_down_asap", reason=reason)
                 log.info("reconcile: power_down_asap %s: %s", compress(nodes), reason)
             except BridgeError as e:
-                log.warning(
-                    "reconcile: power_down_asap %s failed (next pass retries): %s",
-                    compress(nodes),
-                    e,
-                )
+                # The node may have moved on since we looked: the next pass plans it again.
+                log.warning("reconcile: power_down_asap %s failed: %s", compress(nodes), e)
 
     # -- status ----------------------------------------------------------------------------------
 

@@ -102,7 +102,7 @@ class FakeSlurm:
             flags = (node.flags - _POWER_FLAGS) | {"POWERED_DOWN"}
             return dataclasses.replace(node, state="IDLE", flags=flags)
         if state == "power_down_asap":
-            # Slurm drains it (keeping the reason given) and powers it down when its jobs end.
+            # Slurm drains it with the reason and powers it down once its jobs end.
             flags = node.flags | {"DRAIN", "POWER_DOWN"}
             return dataclasses.replace(
                 node, flags=flags, reason=reason or "", reason_since=self.now

@@ -190,7 +190,9 @@ def test_a_failed_power_down_asap_is_a_warning_and_the_next_pass_retries(
     w.slurm.fail_next = TransientBackendError("scontrol: slurmctld not responding")
     with caplog.at_level(logging.WARNING, logger="bridge.service"):
         w.service.reconcile_once()
-    assert "power_down_asap cpu-0 failed (next pass retries)" in caplog.text
+    assert (
+        "reconcile: power_down_asap cpu-0 failed: scontrol: slurmctld not responding" in caplog.text
+    )
     w.service.reconcile_once()
     assert [u.state for u in w.slurm.updates] == ["power_down_asap", "power_down_asap"]
     assert w.slurm.nodes["cpu-0"].reason == REASON
