@@ -94,7 +94,10 @@ def _seconds(delta: timedelta) -> str:
 
 def _why_at_once(row: NodeStatus, node: SlurmNode) -> str | None:
     """What makes a node stuck whatever its age: a failure someone has to look at."""
-    if row.slurm_state and (node.is_down or node.is_drained) and node.has_our_reason:
+    # Our drain with a power down queued (a cordoned host, PowerDownAsap) waits for the node's
+    # jobs on purpose: no failure, Slurm powers the node down when they end.
+    failed_drain = node.is_drained and not node.power_down_queued
+    if row.slurm_state and (node.is_down or failed_drain) and node.has_our_reason:
         return row.reason
     if row.slurm_state and node.is_down and row.reason.startswith(RESUME_TIMEOUT_REASON):
         return f"Slurm gave up on the resume ({row.reason}); it stays DOWN until resumed"

@@ -20,6 +20,8 @@ def row(slurm: str, pod: str = "", age: int | None = None, reason: str = "") -> 
     return NodeStatus("cpu-0", "cpu", slurm, pod, "10.1.0.5" if pod else "", reason, since)
 
 
+CORDONED = "k8s: Cordoned: kubernetes node kn-1 is cordoned; powered down when its jobs end"
+
 CASES = [
     # id, row, seconds since first seen like this (None: not watching), why (None: not stuck)
     ("resting", row("idle~"), None, None),
@@ -95,6 +97,9 @@ CASES = [
         "k8s: ImagePullBackOff: x",
     ),
     ("drain-ours", row("drain", "Running", 60, "k8s: Evicted: y"), None, "k8s: Evicted: y"),
+    # Our drain with a power down queued (a cordoned Kubernetes node) waits for the job.
+    ("draining-ours-power-down-queued", row("drng!", "Running", 4000, CORDONED), 4000, None),
+    ("drained-ours-power-down-queued", row("drain!", "Running", 60, CORDONED), None, None),
     (
         "resume-timeout",
         row("down~", reason="ResumeTimeout reached"),
