@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -185,17 +185,22 @@ class BridgeService:
 
     # -- job-aware failure -----------------------------------------------------------------------
 
-    def _mark_down_failing_jobs(self, nodes: Sequence[str], reason: str) -> bool:
+    def _mark_down_failing_jobs(
+        self, nodes: Sequence[str], reason: str, failing: Collection[str] = ()
+    ) -> bool:
         """:meth:`_mark_down`, and for a fail-fast the jobs on ``nodes`` too: the reason in
         their AdminComment first, then (once Slurm took the DOWN and requeued them) their other
-        nodes still powering up released, so they do not hold capacity until ResumeTimeout."""
+        nodes still powering up released, so they do not hold capacity until ResumeTimeout.
+        ``failing``: nodes the same pass sets DOWN for another reason (never released)."""
         if not nodes or not is_fail_fast(reason):
             return self._mark_down(nodes, reason)
         failed_jobs = self._failing_jobs(nodes, reason)
         commented = self._set_admin_comments(failed_jobs, reason)
         if not self._mark_down(nodes, reason):
             return False
-        released = self._release(nodes_to_release(failed_jobs), reason)
+        released = self._release(
+            [n for n in nodes_to_release(failed_jobs) if n not in failing], reason
+        )
         for job in failed_jobs:
             log.warning(
                 "job %s: node(s) %s failed (%s); released %s; AdminComment %s",
@@ -423,9 +428,10 @@ class BridgeService:
                     ",".join(map(str, jobs.get(node, []))) or "-",
                 )
         # Kubernetes said no for good: fail fast so Slurm requeues instead of waiting.
+        every_failed = [n for nodes in failed.values() for n in nodes]
         for reason, nodes in failed.items():
             down = self._cloud_nodes(nodes)
-            if self._mark_down_failing_jobs(down, reason):
+            if self._mark_down_failing_jobs(down, reason, every_failed):
                 self._fail_fasts(down, reason)
         return results
 
@@ -536,8 +542,9 @@ class BridgeService:
                     )
                     continue
                 down_by_reason[action.reason].append(action.node)
+        every_down = [n for nodes in down_by_reason.values() for n in nodes]
         for reason, nodes in down_by_reason.items():
-            if self._mark_down_failing_jobs(nodes, reason):
+            if self._mark_down_failing_jobs(nodes, reason, every_down):
                 self._fail_fasts(nodes, reason)
             for node in nodes:
                 self.pods.record_event(

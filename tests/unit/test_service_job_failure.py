@@ -135,3 +135,14 @@ def test_downs_that_are_no_fail_fast_read_no_jobs(reason: str) -> None:
     assert w.slurm.jobs_reads == []
     assert w.slurm.updates == [Update(("cpu-1",), "down", reason)]
     assert w.slurm.jobs[7].admin_comment == ""
+
+
+def test_a_node_failing_for_another_reason_in_the_same_pass_is_not_released() -> None:
+    w = World(*powering_up("cpu-0", "cpu-1", "cpu-2"))
+    w.slurm.jobs[7] = SlurmJob(7, STARTING, "cpu-[0-2]")
+    w.service.execute([MarkDown("cpu-1", "k8s: ErrImagePull: denied"), MarkDown("cpu-2", FULL)])
+    assert w.slurm.updates == [
+        Update(("cpu-1",), "down", "k8s: ErrImagePull: denied"),
+        Update(("cpu-0",), "power_down_force"),
+        Update(("cpu-2",), "down", FULL),
+    ]
