@@ -225,6 +225,8 @@ class BridgeService:
                 if n.is_cloud and n.is_powering_up and self.config.pools.owns(n.name)
             ]
             jobs = self.slurm.jobs_on_nodes(list(dict.fromkeys([*nodes, *starting])))
+            # Inside the try: a job's hostlist Slurm printed may still be one we cannot expand.
+            return plan_job_failure(nodes, jobs, snapshot, self.config.pools.owns)
         except BridgeError as e:
             log.warning(
                 "jobs on %s not read (%s); setting DOWN without them: %s",
@@ -233,7 +235,6 @@ class BridgeService:
                 e,
             )
             return []
-        return plan_job_failure(nodes, jobs, snapshot, self.config.pools.owns)
 
     def _set_admin_comments(self, failed_jobs: Sequence[FailedJob], reason: str) -> set[int]:
         """Put ``reason`` in each job's AdminComment where it is ours to write; the jobs set."""

@@ -146,3 +146,13 @@ def test_a_node_failing_for_another_reason_in_the_same_pass_is_not_released() ->
         Update(("cpu-0",), "power_down_force"),
         Update(("cpu-2",), "down", FULL),
     ]
+
+
+def test_a_job_hostlist_that_cannot_be_expanded_never_stops_the_down(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    w = two_node_job()
+    w.slurm.jobs[8] = SlurmJob(8, STARTING, "cpu-[5-1]")
+    w.service.resume("cpu-[0-1]", "", "r1")
+    assert w.slurm.updates == [Update(("cpu-1",), "down", FULL)]
+    assert "jobs on cpu-1 not read" in caplog.text
