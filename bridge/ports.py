@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from bridge.domain.job_failure import SlurmJob
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.pods import PodView
 from bridge.domain.reconcile import SetPodSlurmState
@@ -40,6 +41,10 @@ class SlurmPort(Protocol):
     def set_node_addresses(self, addresses: Mapping[str, str]) -> None: ...
 
     def set_node_comment(self, names: Sequence[str], comment: str) -> None: ...
+
+    def jobs_on_nodes(self, names: Sequence[str]) -> list[SlurmJob]: ...
+
+    def set_job_admin_comment(self, job_id: int, comment: str) -> None: ...
 
 
 class PodPort(Protocol):

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -25,6 +25,7 @@ from bridge.domain.circuit import (
     is_fail_fast,
 )
 from bridge.domain.hostlist import compress, expand
+from bridge.domain.job_failure import FailedJob, nodes_to_release, plan_job_failure
 from bridge.domain.node_names import check_node_name
 from bridge.domain.nodes import SlurmNode, our_reason
 from bridge.domain.pod_rendering import render_pods
@@ -186,6 +187,86 @@ class BridgeService:
             log.error("could not set DOWN %s (%s): %s", compress(nodes), reason, e)
             return False
         return True
+
+    # -- job-aware failure -----------------------------------------------------------------------
+
+    def _mark_down_failing_jobs(
+        self, nodes: Sequence[str], reason: str, failing: Collection[str] = ()
+    ) -> bool:
+        """:meth:`_mark_down`, and for a fail-fast the jobs on ``nodes`` too: the reason in
+        their AdminComment first, then (once Slurm took the DOWN and requeued them) their other
+        nodes still powering up released, so they do not hold capacity until ResumeTimeout.
+        ``failing``: nodes the same pass sets DOWN for another reason (never released)."""
+        if not nodes or not is_fail_fast(reason):
+            return self._mark_down(nodes, reason)
+        failed_jobs = self._failing_jobs(nodes, reason)
+        commented = self._set_admin_comments(failed_jobs, reason)
+        if not self._mark_down(nodes, reason):
+            return False
+        released = self._release(
+            [n for n in nodes_to_release(failed_jobs) if n not in failing], reason
+        )
+        for job in failed_jobs:
+            log.warning(
+                "job %s: node(s) %s failed (%s); released %s; AdminComment %s",
+                job.job_id,
+                compress(job.failed),
+                reason,
+                compress(n for n in job.release if n in released) or "-",
+                "set" if job.job_id in commented else "not set",
+            )
+        return True
+
+    def _failing_jobs(self, nodes: Sequence[str], reason: str) -> list[FailedJob]:
+        """The jobs on ``nodes`` and what to do about them; none when Slurm cannot say (the
+        DOWN still goes ahead: it alone requeues the jobs)."""
+        try:
+            snapshot = self.slurm.list_nodes()
+            # The nodes a job could release are powering up: read their jobs too, so that a
+            # node another job holds is never released.
+            starting = [
+                n.name
+                for n in snapshot
+                if n.is_cloud and n.is_powering_up and self.config.pools.owns(n.name)
+            ]
+            jobs = self.slurm.jobs_on_nodes(list(dict.fromkeys([*nodes, *starting])))
+            # Inside the try: a job's hostlist Slurm printed may still be one we cannot expand.
+            return plan_job_failure(nodes, jobs, snapshot, self.config.pools.owns)
+        except BridgeError as e:
+            log.warning(
+                "jobs on %s not read (%s); setting DOWN without them: %s",
+                compress(nodes),
+                reason,
+                e,
+            )
+            return []
+
+    def _set_admin_comments(self, failed_jobs: Sequence[FailedJob], reason: str) -> set[int]:
+        """Put ``reason`` in each job's AdminComment where it is ours to write; the jobs set."""
+        done = set()
+        for job in failed_jobs:
+            if not job.set_comment:
+                log.info("job %s: AdminComment is an admin's; not replaced", job.job_id)
+                continue
+            try:
+                self.slurm.set_job_admin_comment(job.job_id, reason)
+            except BridgeError as e:
+                log.warning("job %s: AdminComment not set: %s", job.job_id, e)
+            else:
+                done.add(job.job_id)
+        return done
+
+    def _release(self, nodes: Sequence[str], reason: str) -> set[str]:
+        """``power_down_force`` the nodes of failed jobs that never registered: Slurm clears
+        POWERING_UP and suspends them at once, and the suspend deletes their pods."""
+        if not nodes:
+            return set()
+        try:
+            self.slurm.update_nodes(nodes, state="power_down_force")
+        except BridgeError as e:
+            log.warning("not released %s (%s): %s", compress(nodes), reason, e)
+            return set()
+        return set(nodes)
 
     # -- circuit breaker -------------------------------------------------------------------------
 
@@ -353,9 +434,10 @@ class BridgeService:
                     ",".join(map(str, jobs.get(node, []))) or "-",
                 )
         # Kubernetes said no for good: fail fast so Slurm requeues instead of waiting.
+        every_failed = [n for nodes in failed.values() for n in nodes]
         for reason, nodes in failed.items():
             down = self._cloud_nodes(nodes)
-            if self._mark_down(down, reason):
+            if self._mark_down_failing_jobs(down, reason, every_failed):
                 self._fail_fasts(down, reason)
         return results
 
@@ -469,8 +551,9 @@ class BridgeService:
                     )
                     continue
                 down_by_reason[action.reason].append(action.node)
+        every_down = [n for nodes in down_by_reason.values() for n in nodes]
         for reason, nodes in down_by_reason.items():
-            if self._mark_down(nodes, reason):
+            if self._mark_down_failing_jobs(nodes, reason, every_down):
                 self._fail_fasts(nodes, reason)
             for node in nodes:
                 self.pods.record_event(

@@ -38,6 +38,7 @@ from tenacity import (
 from bridge.adapters import slurm_json
 from bridge.adapters.call_counters import CallCounters, error_kind
 from bridge.domain import hostlist
+from bridge.domain.job_failure import SlurmJob
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.slurm_version import SlurmVersion, parse_slurm_version
 from bridge.errors import BackendError, BridgeError, InvalidInput, TransientBackendError
@@ -159,6 +160,24 @@ class SlurmCli:
         """Set (or with ``""`` clear) the nodes' Comment (batched as :meth:`update_nodes`)."""
         if names:
             self._update_in_batches(names, [f"comment={comment}"])
+
+    def jobs_on_nodes(self, names: Sequence[str]) -> list[SlurmJob]:
+        """The jobs slurmctld lists on any of ``names`` (``squeue --json --nodelist=<hostlist>``).
+
+        22.05's squeue ignores every filter with ``--json`` (its man page says so) and lists all
+        jobs, so the jobs are filtered here as well.
+        """
+        if not names:
+            return []
+        argv = self._argv("squeue", "--json", f"--nodelist={hostlist.compress(names)}")
+        wanted = set(names)
+        jobs = slurm_json.parse_jobs(self._fetch(argv), _show(argv))
+        return [job for job in jobs if not wanted.isdisjoint(job.node_names)]
+
+    def set_job_admin_comment(self, job_id: int, comment: str) -> None:
+        """``scontrol update jobid=<id> admincomment=<comment>`` (one argv element: spaces kept)."""
+        self._run(self._argv("scontrol", "update", f"jobid={job_id}", f"admincomment={comment}"))
+        log.info("scontrol update jobid=%s admincomment=%s", job_id, comment)
 
     def show_config(self) -> dict[str, str]:
         """The running slurmctld's configuration (``scontrol show config``; 22.05 has no JSON

@@ -39,6 +39,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Final, NotRequired, TypedDict, TypeGuard
 
+from bridge.domain.job_failure import SlurmJob
 from bridge.domain.nodes import SlurmNode
 from bridge.errors import BackendError
 
@@ -245,6 +246,36 @@ def _scontrol_v0042_nodes(items: list[Any], what: str) -> dict[str, SlurmNode]:
             ),
         )
     return result
+
+
+def parse_jobs(doc: dict[str, Any], what: str = "squeue --json") -> list[SlurmJob]:
+    """Parse ``squeue --json`` of any series: 22.05 (openapi v0.0.38) prints ``job_state`` as
+    one string (``"CONFIGURING"``), 24.11 (v0.0.42) and 26.05 (v0.0.45) as a list, base state
+    first (``["RUNNING", "CONFIGURING", "POWER_UP_NODE"]``); ``job_id``, ``nodes`` (a hostlist,
+    "" while pending) and ``admin_comment`` are the same in all three."""
+    _refuse_reported_errors(doc, what)
+    jobs = []
+    for index, item in enumerate(_list(doc, "jobs", what)):
+        where = f"{what}: jobs[{index}]"
+        if not isinstance(item, dict):
+            raise BackendError(f"{where} is not an object")
+        job_id = item.get("job_id")
+        if not isinstance(job_id, int) or isinstance(job_id, bool):
+            raise BackendError(f"{where}: 'job_id' missing or not an integer")
+        where = f"{where} (job {job_id})"
+        state = item.get("job_state")
+        words = [state] if isinstance(state, str) and state else state
+        if not _is_str_list(words) or not words:
+            raise BackendError(f"{where}: 'job_state' is neither a string nor a list of strings")
+        jobs.append(
+            SlurmJob(
+                job_id=job_id,
+                states=frozenset(word.upper() for word in words),
+                nodes=_optional_str(item, "nodes", where),
+                admin_comment=_optional_str(item, "admin_comment", where),
+            )
+        )
+    return jobs
 
 
 # --- Field access with errors that say what was missing -----------------------------------------

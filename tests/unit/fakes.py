@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from bridge.domain.job_failure import SlurmJob
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.pods import PodFailure, PodView, pod_view
 from bridge.domain.reconcile import SetPodSlurmState
@@ -66,6 +67,14 @@ class FakeSlurm:
         self.journal = journal if journal is not None else []
         #: Raised (once) by the next ``update_nodes`` call, after it was recorded.
         self.fail_next: BackendError | InvalidInput | None = None
+        #: Raised by every ``update_nodes`` call to this state, after it was recorded.
+        self.state_errors: dict[str, BackendError | InvalidInput] = {}
+        #: The jobs ``jobs_on_nodes`` answers from: those that touch one of the names.
+        self.jobs: dict[int, SlurmJob] = {}
+        #: Raised by ``jobs_on_nodes`` / ``set_job_admin_comment`` (every call) when set.
+        self.jobs_error: BackendError | None = None
+        self.comment_error: BackendError | None = None
+        self.jobs_reads: list[tuple[str, ...]] = []
 
     def list_nodes(self) -> list[SlurmNode]:
         return list(self.nodes.values())
@@ -76,6 +85,8 @@ class FakeSlurm:
         if self.fail_next is not None:
             error, self.fail_next = self.fail_next, None
             raise error
+        if state in self.state_errors:
+            raise self.state_errors[state]
         for name in names:
             node = self.nodes.get(name)
             if node is not None:  # Slurm may know nodes no pool owns; those we do not model
@@ -92,6 +103,20 @@ class FakeSlurm:
         for name in names:
             if name in self.nodes:
                 self.nodes[name] = dataclasses.replace(self.nodes[name], comment=comment)
+
+    def jobs_on_nodes(self, names: Sequence[str]) -> list[SlurmJob]:
+        # A read, like list_nodes: in ``jobs_reads``, not in the journal of changes and re-checks.
+        self.jobs_reads.append(tuple(names))
+        if self.jobs_error is not None:
+            raise self.jobs_error
+        wanted = set(names)
+        return [job for job in self.jobs.values() if not wanted.isdisjoint(job.node_names)]
+
+    def set_job_admin_comment(self, job_id: int, comment: str) -> None:
+        self.journal.append(f"slurm admincomment {job_id} {comment!r}")
+        if self.comment_error is not None:
+            raise self.comment_error
+        self.jobs[job_id] = dataclasses.replace(self.jobs[job_id], admin_comment=comment)
 
     def _apply(self, node: SlurmNode, state: str, reason: str | None) -> SlurmNode:
         if state == "down":

@@ -381,3 +381,42 @@ def test_update_rejects_bad_input_before_running(
     with pytest.raises(error):
         _cli(fake).update_nodes(names, state=state)
     assert fake.calls() == []
+
+
+@pytest.mark.parametrize("series", [V22, V24, V26], ids=["22.05", "24.11", "26.05"])
+def test_jobs_on_nodes_asks_squeue_for_the_hostlist_and_keeps_only_those(
+    fake: FakeSlurm, series: Path
+) -> None:
+    # squeue lists both jobs (22.05 ignores --nodelist with --json): only cloud2's is kept.
+    fake.command("squeue", {"--json": Reply(stdout=series / "squeue-states.json")})
+    jobs = _cli(fake).jobs_on_nodes(["cloud2", "cloud1"])
+    assert [(job.job_id, job.nodes) for job in jobs] == [(1, "cloud2")]
+    assert fake.calls() == ["|squeue --json --nodelist=cloud[1-2]"]
+
+
+def test_jobs_on_no_nodes_runs_nothing(fake: FakeSlurm) -> None:
+    assert _cli(fake).jobs_on_nodes([]) == []
+    assert fake.calls() == []
+
+
+def test_jobs_read_while_slurmctld_is_unreachable_is_retried(fake: FakeSlurm) -> None:
+    # 22.05's squeue, like its sinfo, exits 0 with the error inside the document.
+    fake.command("squeue", {"--json": Reply(stdout=V22 / "sinfo-unreachable.json")})
+    with pytest.raises(TransientBackendError, match="Unspecified error"):
+        _cli(fake, attempts=2).jobs_on_nodes(["cloud1"])
+    assert len(fake.calls()) == 2
+
+
+def test_admin_comment_is_one_argument(fake: FakeSlurm, tmp_path: Path) -> None:
+    script = fake.bin_dir / "scontrol"
+    script.write_text(
+        f'#!/bin/sh\necho "$#" > {tmp_path / "argc"}\nprintf "%s\\n" "$@" > {tmp_path / "argv"}\n'
+    )
+    script.chmod(0o755)
+    _cli(fake).set_job_admin_comment(7, "k8s: Forbidden: e2e: cpu-1 may not run; $(x)")
+    assert (tmp_path / "argc").read_text().strip() == "3"
+    assert (tmp_path / "argv").read_text().splitlines() == [
+        "update",
+        "jobid=7",
+        "admincomment=k8s: Forbidden: e2e: cpu-1 may not run; $(x)",
+    ]

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from bridge.adapters import slurm_json
+from bridge.domain.job_failure import SlurmJob
 from bridge.domain.nodes import SlurmNode
 from bridge.errors import BackendError
 
@@ -36,6 +37,9 @@ ALL_NODE_FILES = STATES_FILES + AFTER_FILES + DOWN_PU_FILES
 K8S_PULL = "k8s: ImagePullBackOff: Back-off pulling image localhost/slurmd:dev"
 K8S_EVICT = "k8s: Evicted: node drained by kubectl"
 HAND = "ResumeTimeout reached (set by hand)"
+#: A job's state words in 24.11/26.05 while its nodes power up, and once it runs.
+STARTING = frozenset({"RUNNING", "CONFIGURING", "POWER_UP_NODE"})
+RUNNING = frozenset({"RUNNING"})
 
 # (node, state, flags besides CLOUD, reason, address, what `sinfo -N` printed for it)
 STATES = [
@@ -272,3 +276,81 @@ def test_a_listing_reduced_while_decoded_parses_like_the_whole_document(path: Pa
     doc = slurm_json.load_node_listing(path.read_bytes(), path.name)
     for node in doc.get("nodes", []):
         assert set(node) <= set(slurm_json.NODE_FIELDS)
+
+
+# --- squeue --json --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("file", "expected"),
+    [
+        (
+            "v22.05/squeue-states.json",
+            [SlurmJob(1, frozenset({"CONFIGURING"}), "cloud2"), SlurmJob(2, RUNNING, "cloud3")],
+        ),
+        (
+            "v24.11/squeue-states.json",
+            [SlurmJob(1, STARTING, "cloud2"), SlurmJob(2, RUNNING, "cloud3")],
+        ),
+        (
+            "v26.05/squeue-states.json",
+            [SlurmJob(1, STARTING, "cloud2"), SlurmJob(2, RUNNING, "cloud3")],
+        ),
+        # Hand-made after the sources (tests/data/slurm/README.md), until recorded.
+        (
+            "v22.05/squeue-2-node-job.json",
+            [
+                SlurmJob(4, frozenset({"CONFIGURING"}), "cloud[1-2]"),
+                SlurmJob(2, RUNNING, "cloud3", "ticket 42: keep this node"),
+            ],
+        ),
+        (
+            "v24.11/squeue-2-node-job.json",
+            [
+                SlurmJob(4, STARTING, "cloud[1-2]"),
+                SlurmJob(2, RUNNING, "cloud3", "ticket 42: keep this node"),
+            ],
+        ),
+        (
+            "v26.05/squeue-2-node-job.json",
+            [
+                SlurmJob(4, STARTING, "cloud[1-2]"),
+                SlurmJob(2, RUNNING, "cloud3", "ticket 42: keep this node"),
+            ],
+        ),
+    ],
+)
+def test_recorded_jobs(file: str, expected: list[SlurmJob]) -> None:
+    jobs = slurm_json.parse_jobs(_load(file))
+    assert jobs == expected
+    assert all(job.holds_nodes for job in jobs)
+
+
+def _job(**job: Any) -> dict[str, Any]:
+    base = {"job_id": 3, "job_state": "PENDING", "nodes": "", "admin_comment": ""}
+    return {"errors": [], "jobs": [{**base, **job}]}
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"errors": []}, "no 'jobs'"),
+        ({"jobs": ["x"]}, r"jobs\[0\] is not an object"),
+        (_job(job_id="3"), "'job_id' missing or not an integer"),
+        (_job(job_id=True), "'job_id' missing or not an integer"),
+        (_job(job_state=None), r"\(job 3\): 'job_state' is neither"),
+        (_job(job_state=[]), "'job_state' is neither"),
+        (_job(job_state=["RUNNING", 1]), "'job_state' is neither"),
+        (_job(nodes=5), "'nodes' should be a string"),
+        (_job(admin_comment=[]), "'admin_comment' should be a string"),
+        ({"errors": [{"error": "Invalid job id specified"}], "jobs": []}, "Invalid job id"),
+    ],
+)
+def test_malformed_job_documents(doc: dict[str, Any], message: str) -> None:
+    with pytest.raises(BackendError, match=message):
+        slurm_json.parse_jobs(doc)
+
+
+def test_absent_or_null_job_fields_are_empty() -> None:
+    doc = {"jobs": [{"job_id": 3, "job_state": "pending", "admin_comment": None}]}
+    assert slurm_json.parse_jobs(doc) == [SlurmJob(3, frozenset({"PENDING"}))]
