@@ -229,6 +229,12 @@ def log_format(value: str) -> str | None:
     return None if value in ("text", "json") else f"must be text or json, got {show(value)}"
 
 
+def slurm_auth(value: str) -> str | None:
+    if value in ("munge", "slurm"):
+        return None
+    return f"must be munge or slurm (auth/slurm, Slurm 23.11+), got {show(value)}"
+
+
 def subdomain(value: str) -> str | None:
     if len(value) <= 253 and all(dns_label_problem(part) is None for part in value.split(".")):
         return None
