@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from bridge.domain.nodes import SlurmNode
+from bridge.domain.pod_rendering import AUTH_SLURM
 from bridge.settings import SlurmSettings
 
 #: What the bridge does with its credentials: (core resource, verbs).
@@ -123,7 +124,7 @@ def readable_names(rules: Sequence[Mapping[str, Any]], resource: str) -> list[st
 def key_secret(slurm: SlurmSettings, namespace: str) -> tuple[str, str]:
     """The Secret the pods mount for ``slurm.auth`` (munge's or auth/slurm's key, never both)
     and how to create it."""
-    if slurm.auth == "slurm":
+    if slurm.auth == AUTH_SLURM:
         secret = slurm.slurm_key_secret
         source = "slurmctld's key", "slurm.key=/etc/slurm/slurm.key"
     else:

@@ -2,7 +2,7 @@
 
 The user owns the template (scheduling, sidecars, volumes, extra env); the bridge owns the pod's
 identity (name, namespace, labels it selects on, hostname) and the ``slurmd`` container's contract
-with the image (entrypoint, ``SLURM_NODENAME``, ``SLURM_CONF_SERVER``, the munge key mount).
+with the image (entrypoint, ``SLURM_NODENAME``, ``SLURM_CONF_SERVER``, the key mount).
 Fields the bridge owns are rejected in templates by :func:`template_problems` instead of being
 overwritten silently; fields with a bridge default (resources, privileged, grace period ...) keep
 whatever the template sets.

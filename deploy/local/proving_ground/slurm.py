@@ -1,5 +1,6 @@
 """Slurm on the host: munged with a key of our own and slurmctld with CLOUD nodes whose power
-saving calls the hooks in ``slurm_plugins/``."""
+saving calls the hooks in ``slurm_plugins/``; with ``AUTH=slurm`` (24.11 and 26.05) slurmctld
+authenticates with auth/slurm and a slurm.key of our own instead (munged still runs, unused)."""
 
 from __future__ import annotations
 
