@@ -10,6 +10,11 @@ PG := PYTHONPATH=deploy/local $(PY) -m proving_ground
 ifdef SLURM
 export SKB_SLURM := $(SLURM)
 endif
+# AUTH=slurm (make up, demo, test): auth/slurm with a shared slurm.key instead of munge, on 24.11
+# and 26.05 (22.05 has none: refused). munge when unset.
+ifdef AUTH
+export SKB_AUTH := $(AUTH)
+endif
 PYTEST_ARGS ?=
 
 .PHONY: help deps venv hook-client build up down status lint typecheck proto test unit demo bench chaos clean image

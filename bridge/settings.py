@@ -44,6 +44,10 @@ class SlurmSettings:
     conf: str | None = None  # SLURM_CONF for the CLI; None: Slurm's default
     command_timeout_s: float = 10.0
     munge_key_secret: str = "slurm-munge-key"  # noqa: S105 (the Secret's name)
+    #: How slurmd in a pod authenticates: "munge" (munge_key_secret) or "slurm" (auth/slurm,
+    #: Slurm 23.11+: slurm_key_secret, and no munge Secret is needed).
+    auth: str = "munge"
+    slurm_key_secret: str = "slurm-key"  # noqa: S105 (the Secret's name; it holds slurm.key)
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,8 @@ class BridgeConfig:
             cluster_name=self.cluster_name,
             conf_server=self.slurm.conf_server,
             munge_key_secret=self.slurm.munge_key_secret,
+            auth=self.slurm.auth,
+            slurm_key_secret=self.slurm.slurm_key_secret,
             node_service=self.kubernetes.node_service,
             cluster_domain=self.kubernetes.cluster_domain,
         )

@@ -40,6 +40,11 @@ class ProvingGround:
         """The Slurm series the ground runs (``make up SLURM=...``)."""
         return slurm.running_series(self.layout)
 
+    @property
+    def auth(self) -> str:
+        """The ground's authentication, munge or slurm (``make up AUTH=slurm``)."""
+        return slurm.running_auth(self.layout)
+
     def slurm(self, *argv: str, check: bool = True, timeout: float = 30) -> str:
         result = subprocess.run(
             list(argv), env=self.env, capture_output=True, text=True, timeout=timeout, check=False
@@ -70,7 +75,12 @@ def proving_ground() -> Iterator[ProvingGround]:
     where = layout.Layout.default()
     started_here = not ground.healthy(where)
     wanted = os.environ.get("SKB_SLURM")  # `make test SLURM=24.11`
-    if started_here or (wanted and wanted != slurm.running_series(where)):
+    wanted_auth = os.environ.get("SKB_AUTH")  # `make test SLURM=26.05 AUTH=slurm`
+    if (
+        started_here
+        or (wanted and wanted != slurm.running_series(where))
+        or (wanted_auth and wanted_auth != slurm.running_auth(where))
+    ):
         ground.up(where)
     yield ProvingGround(where)
     if started_here and not os.environ.get("SKB_KEEP_PROVING_GROUND"):

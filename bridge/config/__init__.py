@@ -24,6 +24,8 @@ Environment overrides (applied on top of the file; the file's value when unset):
     SKB_SLURM_COMMAND_TIMEOUT_S       slurm.command_timeout_s
     SKB_SLURM_CONF_SERVER             slurm.conf_server
     SKB_SLURM_MUNGE_KEY_SECRET        slurm.munge_key_secret
+    SKB_SLURM_AUTH                    slurm.auth                 (munge or slurm)
+    SKB_SLURM_SLURM_KEY_SECRET        slurm.slurm_key_secret
     SKB_BRIDGE_SOCKET                 bridge.socket
     SKB_BRIDGE_SOCKET_MODE            bridge.socket_mode         (octal, e.g. 0660)
     SKB_BRIDGE_SOCKET_GROUP           bridge.socket_group        ("" = unset)

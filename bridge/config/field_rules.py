@@ -17,6 +17,7 @@ from pydantic import BeforeValidator
 
 from bridge.config.yaml_lines import show
 from bridge.domain.field_path import FieldPath
+from bridge.domain.pod_rendering import AUTH_MUNGE, AUTH_SLURM
 from bridge.domain.pools import MAX_PATIENCE_S, dns_label_problem
 
 MAX_SECONDS = MAX_PATIENCE_S  # beyond a year a pause is a typo; timedelta/wait overflow later
@@ -227,6 +228,12 @@ def metrics_address(value: str) -> str | None:
 
 def log_format(value: str) -> str | None:
     return None if value in ("text", "json") else f"must be text or json, got {show(value)}"
+
+
+def slurm_auth(value: str) -> str | None:
+    if value in (AUTH_MUNGE, AUTH_SLURM):
+        return None
+    return f"must be {AUTH_MUNGE} or {AUTH_SLURM} (auth/slurm, Slurm 23.11+), got {show(value)}"
 
 
 def subdomain(value: str) -> str | None:

@@ -24,7 +24,12 @@ from bridge.config import field_rules as rules
 from bridge.config.field_rules import FieldProblem
 from bridge.config.yaml_lines import show
 from bridge.domain.circuit import BreakerPolicy
-from bridge.domain.pod_rendering import SLURMD_CONTAINER, template_image, template_problems
+from bridge.domain.pod_rendering import (
+    SLURMD_CONTAINER,
+    auth_template_problems,
+    template_image,
+    template_problems,
+)
 from bridge.domain.pools import NodePool, PoolError, PoolSet, dns_label_problem
 from bridge.settings import BridgeConfig, BridgeSettings, KubernetesSettings, SlurmSettings
 
@@ -67,6 +72,8 @@ class SlurmSection(BaseModel):
     )
     conf_server: Annotated[str, rules.string(rules.conf_server)] = SlurmSettings.conf_server
     munge_key_secret: Annotated[str, rules.string(rules.subdomain)] = SlurmSettings.munge_key_secret
+    auth: Annotated[str, rules.string(rules.slurm_auth)] = SlurmSettings.auth
+    slurm_key_secret: Annotated[str, rules.string(rules.subdomain)] = SlurmSettings.slurm_key_secret
 
     @model_validator(mode="after")
     def _conf_server_is_set(self) -> Self:
@@ -306,6 +313,15 @@ class ConfigFile(BaseModel):
         except PoolError as e:
             index = e.pool_index if e.pool_index is not None else 0
             raise FieldProblem(e.reason, ("pools", index, *e.path)) from None
+        return self
+
+    @model_validator(mode="after")
+    def _pools_fit_the_auth(self) -> Self:
+        for index, entry in enumerate(self.pools):
+            problems = auth_template_problems(entry.pod_template, self.slurm.auth)
+            if problems:
+                where, message = problems[0]
+                raise FieldProblem(message, ("pools", index, "pod_template", *where))
         return self
 
     @property

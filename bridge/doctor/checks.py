@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from bridge.domain.nodes import SlurmNode
+from bridge.domain.pod_rendering import AUTH_SLURM
+from bridge.settings import SlurmSettings
 
 #: What the bridge does with its credentials: (core resource, verbs).
 REQUIRED_ACCESS: Final = (
@@ -137,6 +139,21 @@ def readable_names(rules: Sequence[Mapping[str, Any]], resource: str) -> list[st
         if rule_allows({**rule, "resourceNames": []}, "get", resource):
             names += [n for n in rule.get("resourceNames") or [] if n not in names]
     return names
+
+
+def key_secret(slurm: SlurmSettings, namespace: str) -> tuple[str, str]:
+    """The Secret the pods mount for ``slurm.auth`` (munge's or auth/slurm's key, never both)
+    and how to create it."""
+    if slurm.auth == AUTH_SLURM:
+        secret = slurm.slurm_key_secret
+        source = "slurmctld's key", "slurm.key=/etc/slurm/slurm.key"
+    else:
+        secret = slurm.munge_key_secret
+        source = "the site's munge key", "munge.key=/etc/munge/munge.key"
+    return secret, (
+        f"create it from {source[0]}: kubectl -n {namespace} create secret generic {secret} "
+        f"--from-file={source[1]}"
+    )
 
 
 def check_object(

@@ -33,6 +33,7 @@ from bridge.doctor.checks import (
     check_slurm,
     check_socket,
     hook_python,
+    key_secret,
     missing_access,
     readable_names,
 )
@@ -95,15 +96,14 @@ def _kubernetes_checks(config: BridgeConfig) -> list[Check]:
             return checks
         checks.append(check_rbac(missing, k.namespace, f"credentials from {source}"))
         checks.append(check_cordon_access(cordon_missing, f"credentials from {source}"))
-        secret = config.slurm.munge_key_secret
+        secret, fix = key_secret(config.slurm, k.namespace)
         checks.append(
             check_object(
                 "Secret",
                 secret,
                 k.namespace,
                 _exists(pods.secret_exists, secret),
-                f"create it from the site's munge key: kubectl -n {k.namespace} create secret "
-                f"generic {secret} --from-file=munge.key=/etc/munge/munge.key",
+                fix,
                 readable=readable_names(rules, "secrets"),
             )
         )

@@ -2,17 +2,17 @@
 
 The user owns the template (scheduling, sidecars, volumes, extra env); the bridge owns the pod's
 identity (name, namespace, labels it selects on, hostname) and the ``slurmd`` container's contract
-with the image (entrypoint, ``SLURM_NODENAME``, ``SLURM_CONF_SERVER``, the munge key mount).
+with the image (entrypoint, ``SLURM_NODENAME``, ``SLURM_CONF_SERVER``, the key mount).
 Fields the bridge owns are rejected in templates by :func:`template_problems` instead of being
 overwritten silently; fields with a bridge default (resources, privileged, grace period ...) keep
 whatever the template sets.
 
-auth/slurm (Slurm 24.11+) and a mounted slurm.conf are the pool's choice, made in its template:
-volumes for a ``slurm.key`` Secret (and a slurm.conf ConfigMap) plus the slurmd container's env
-``SLURM_KEY_FILE`` (default ``/etc/slurm-secret/slurm.key``; the entrypoint uses auth/slurm when
-it exists) and ``SLURM_CONF_FILE`` (run ``slurmd -f`` it instead of configless). The bridge
-renders the same overlay either way, so the munge Secret must exist even when unused; see
-deploy/images/slurmd/README.md.
+The cluster's authentication is the bridge's (``slurm.auth``): with ``munge`` the pods mount the
+munge key Secret; with ``slurm`` (auth/slurm, Slurm 23.11+) they mount the ``slurm.key`` Secret
+instead and the slurmd container gets ``SLURM_KEY_FILE`` (the entrypoint uses auth/slurm when that
+file exists), so no munge Secret is needed. A mounted slurm.conf stays the pool's choice, made in
+its template: a ConfigMap volume and ``SLURM_CONF_FILE`` (run ``slurmd -f`` it instead of
+configless); see deploy/images/slurmd/README.md.
 
 The result is plain JSON (camelCase keys) as the API server accepts it.
 """
@@ -43,6 +43,13 @@ MUNGE_VOLUME = "munge-key"
 MUNGE_MOUNT_DIR = "/etc/munge-secret"
 #: The Secret key holding the munge key; the entrypoint reads ``/etc/munge-secret/munge.key``.
 MUNGE_SECRET_KEY = "munge.key"  # noqa: S105 (a key name, not a secret)
+SLURM_KEY_VOLUME = "slurm-key"
+SLURM_KEY_MOUNT_DIR = "/etc/slurm-secret"
+#: The Secret key holding auth/slurm's key; the entrypoint reads ``$SLURM_KEY_FILE``.
+SLURM_SECRET_KEY = "slurm.key"  # noqa: S105 (a key name, not a secret)
+ENV_KEY_FILE = "SLURM_KEY_FILE"
+#: ``slurm.auth``: munge, or Slurm's own auth/slurm with a shared key.
+AUTH_MUNGE, AUTH_SLURM = "munge", "slurm"
 ENV_NODENAME = "SLURM_NODENAME"
 ENV_CONF_SERVER = "SLURM_CONF_SERVER"
 ENV_EXTRA_ARGS = "SLURMD_EXTRA_ARGS"
@@ -71,6 +78,9 @@ class PodSettings:
     cluster_name: str
     conf_server: str
     munge_key_secret: str = "slurm-munge-key"  # noqa: S105 (the Secret's name)
+    #: :data:`AUTH_MUNGE` or :data:`AUTH_SLURM`: which key Secret the pods mount.
+    auth: str = AUTH_MUNGE
+    slurm_key_secret: str = "slurm-key"  # noqa: S105 (the Secret's name)
     #: The headless Service that gives every pod a DNS name; "" for none.
     node_service: str = "slurm-nodes"
     cluster_domain: str = "cluster.local"
@@ -202,21 +212,35 @@ def _render_sharing_the_template(
         containers[index] = _slurmd_container(pool, node, settings, containers[index])
     spec["containers"] = containers
 
+    key_volume = _key_volume(settings)
     volumes: list[dict[str, Any]] = [
-        v for v in spec.get("volumes") or [] if v.get("name") != MUNGE_VOLUME
+        v for v in spec.get("volumes") or [] if v.get("name") != key_volume["name"]
     ]
-    volumes.append(
-        {
-            "name": MUNGE_VOLUME,
-            "secret": {
-                "secretName": settings.munge_key_secret,
-                "items": [{"key": MUNGE_SECRET_KEY, "path": MUNGE_SECRET_KEY}],
-                "defaultMode": _SECRET_MODE,
-            },
-        }
-    )
+    volumes.append(key_volume)
     spec["volumes"] = volumes
     return {"apiVersion": "v1", "kind": "Pod", "metadata": manifest_metadata, "spec": spec}
+
+
+def _key_volume(settings: PodSettings) -> dict[str, Any]:
+    """The Secret volume with the key of the cluster's authentication (munge or auth/slurm)."""
+    if settings.auth == AUTH_SLURM:
+        name, secret, key = SLURM_KEY_VOLUME, settings.slurm_key_secret, SLURM_SECRET_KEY
+    else:
+        name, secret, key = MUNGE_VOLUME, settings.munge_key_secret, MUNGE_SECRET_KEY
+    return {
+        "name": name,
+        "secret": {
+            "secretName": secret,
+            "items": [{"key": key, "path": key}],
+            "defaultMode": _SECRET_MODE,
+        },
+    }
+
+
+def _key_mount(settings: PodSettings) -> dict[str, Any]:
+    if settings.auth == AUTH_SLURM:
+        return {"name": SLURM_KEY_VOLUME, "mountPath": SLURM_KEY_MOUNT_DIR, "readOnly": True}
+    return {"name": MUNGE_VOLUME, "mountPath": MUNGE_MOUNT_DIR, "readOnly": True}
 
 
 def _slurmd_container(
@@ -232,13 +256,19 @@ def _slurmd_container(
         {"name": ENV_NODENAME, "value": node},
         {"name": ENV_CONF_SERVER, "value": settings.conf_server},
     ]
-    user_env = [e for e in container.get("env") or [] if e.get("name") not in _OWN_ENV]
+    own_names = _OWN_ENV
+    if settings.auth == AUTH_SLURM:
+        # The entrypoint runs auth/slurm when this file exists (and munge otherwise).
+        own_env.append({"name": ENV_KEY_FILE, "value": f"{SLURM_KEY_MOUNT_DIR}/{SLURM_SECRET_KEY}"})
+        own_names = _OWN_ENV | {ENV_KEY_FILE}
+    user_env = [e for e in container.get("env") or [] if e.get("name") not in own_names]
     if not any(e.get("name") == ENV_EXTRA_ARGS for e in user_env):
         own_env.append({"name": ENV_EXTRA_ARGS, "value": ""})
     container["env"] = own_env + user_env
 
-    mounts = [m for m in container.get("volumeMounts") or [] if m.get("name") != MUNGE_VOLUME]
-    mounts.append({"name": MUNGE_VOLUME, "mountPath": MUNGE_MOUNT_DIR, "readOnly": True})
+    key_mount = _key_mount(settings)
+    mounts = [m for m in container.get("volumeMounts") or [] if m.get("name") != key_mount["name"]]
+    mounts.append(key_mount)
     container["volumeMounts"] = mounts
 
     resources: dict[str, Any] = dict(container.get("resources") or {})
@@ -296,6 +326,38 @@ def template_problems(template: Mapping[str, Any]) -> list[tuple[Path, str]]:
             if isinstance(volume, Mapping) and volume.get("name") == MUNGE_VOLUME:
                 problems.append(
                     (("spec", "volumes", i, "name"), f"{MUNGE_VOLUME!r} is the bridge's volume")
+                )
+    return problems
+
+
+def auth_template_problems(template: Mapping[str, Any], auth: str) -> list[tuple[Path, str]]:
+    """What a pool's template sets that the bridge owns under ``slurm.auth: slurm`` (the
+    ``slurm-key`` volume and mount, ``SLURM_KEY_FILE``); nothing under munge. Paths as in
+    :func:`template_problems` (run that first: this one skips what it reports)."""
+    if auth != AUTH_SLURM:
+        return []
+    spec = template.get("spec")
+    if not isinstance(spec, Mapping):
+        return []
+    owned = "set by the bridge with slurm.auth: slurm"
+    problems: list[tuple[Path, str]] = []
+    volumes = spec.get("volumes")
+    for i, volume in enumerate(volumes if isinstance(volumes, list) else ()):
+        if isinstance(volume, Mapping) and volume.get("name") == SLURM_KEY_VOLUME:
+            problems.append((("spec", "volumes", i, "name"), f"{SLURM_KEY_VOLUME!r} is {owned}"))
+    containers = spec.get("containers")
+    for i, container in enumerate(containers if isinstance(containers, list) else ()):
+        if not isinstance(container, Mapping) or container.get("name") != SLURMD_CONTAINER:
+            continue
+        here: Path = ("spec", "containers", i)
+        env, mounts = container.get("env"), container.get("volumeMounts")
+        for j, entry in enumerate(env if isinstance(env, list) else ()):
+            if isinstance(entry, Mapping) and entry.get("name") == ENV_KEY_FILE:
+                problems.append(((*here, "env", j, "name"), f"{ENV_KEY_FILE} is {owned}"))
+        for j, mount in enumerate(mounts if isinstance(mounts, list) else ()):
+            if isinstance(mount, Mapping) and mount.get("name") == SLURM_KEY_VOLUME:
+                problems.append(
+                    ((*here, "volumeMounts", j, "name"), f"{SLURM_KEY_VOLUME!r} is {owned}")
                 )
     return problems
 

@@ -79,6 +79,10 @@ def test_round_trip_through_yaml() -> None:
         ({"SKB_SLURM_CONF_SERVER": "ctl:7817"}, ("slurm.conf_server", "ctl:7817")),
         ({"SKB_SLURM_CONF": "/etc/slurm/x.conf"}, ("slurm.conf", "/etc/slurm/x.conf")),
         ({"SKB_SLURM_COMMAND_TIMEOUT_S": "2.5"}, ("slurm.command_timeout_s", 2.5)),
+        ({"SKB_SLURM_AUTH": "slurm"}, ("slurm.auth", "slurm")),
+        ({"SKB_SLURM_SLURM_KEY_SECRET": "k"}, ("slurm.slurm_key_secret", "k")),
+        ({}, ("slurm.auth", "munge")),
+        ({}, ("slurm.slurm_key_secret", "slurm-key")),
         ({"SKB_BRIDGE_SOCKET_MODE": "0600"}, ("bridge.socket_mode", 0o600)),
         ({"SKB_BRIDGE_SOCKET_MODE": "0o640"}, ("bridge.socket_mode", 0o640)),
         ({"SKB_BRIDGE_CREATE_CONCURRENCY": "4"}, ("bridge.create_concurrency", 4)),
@@ -193,6 +197,31 @@ HEAD = "slurm:\n  conf_server: ctl:6817\npools:\n"  # lines 1-3; POOL starts on 
             "slurm:\n  conf_server: 'a b'\npools:\n" + POOL,
             "bridge.yaml:2: slurm.conf_server: must be host[:port], got 'a b' "
             "(e.g. 10.213.0.1:6817)",
+        ),
+        (
+            "slurm:\n  conf_server: ctl:6817\n  auth: kerberos\npools:\n" + POOL,
+            "bridge.yaml:3: slurm.auth: must be munge or slurm (auth/slurm, Slurm 23.11+), "
+            "got 'kerberos'",
+        ),
+        (
+            "slurm:\n  conf_server: ctl:6817\n  slurm_key_secret: Key\npools:\n" + POOL,
+            "bridge.yaml:3: slurm.slurm_key_secret: 'Key' is not a valid Kubernetes object name "
+            "(DNS-1123 subdomain)",
+        ),
+        (
+            "slurm:\n  conf_server: ctl:6817\n  auth: slurm\npools:\n"
+            + POOL
+            + "    pod_template:\n      spec:\n        volumes:\n          - name: slurm-key\n",
+            "bridge.yaml:13: pools[0].pod_template.spec.volumes[0].name: 'slurm-key' is set by "
+            "the bridge with slurm.auth: slurm",
+        ),
+        (
+            "slurm:\n  conf_server: ctl:6817\n  auth: slurm\npools:\n"
+            + POOL
+            + "    pod_template:\n      spec:\n        containers:\n"
+            "          - name: slurmd\n            env:\n              - name: SLURM_KEY_FILE\n",
+            "bridge.yaml:15: pools[0].pod_template.spec.containers[0].env[0].name: SLURM_KEY_FILE "
+            "is set by the bridge with slurm.auth: slurm",
         ),
         (
             HEAD + POOL + "kubernetes:\n  namespase: x\n",

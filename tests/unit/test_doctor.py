@@ -14,6 +14,7 @@ from bridge.adapters.slurm_cli import parse_show_config
 from bridge.cli import main
 from bridge.doctor import Check, Owner, SocketFacts, Status
 from bridge.domain.nodes import SlurmNode
+from bridge.settings import SlurmSettings
 
 POD_RULE = {
     "verbs": ["get", "list", "watch", "create", "delete", "patch"],
@@ -159,6 +160,34 @@ def test_secret(exists: bool | None, status: Status, text: str) -> None:
     check = doctor.check_object("Secret", "slurm-munge-key", "slurm", exists, "create it")
     assert check.status is status
     assert text in check.line()
+
+
+@pytest.mark.parametrize(
+    ("slurm", "secret", "fix"),
+    [
+        (
+            SlurmSettings(),
+            "slurm-munge-key",
+            "kubectl -n hpc create secret generic slurm-munge-key "
+            "--from-file=munge.key=/etc/munge/munge.key",
+        ),
+        (
+            SlurmSettings(auth="slurm"),
+            "slurm-key",
+            "kubectl -n hpc create secret generic slurm-key "
+            "--from-file=slurm.key=/etc/slurm/slurm.key",
+        ),
+        (
+            SlurmSettings(auth="slurm", slurm_key_secret="k2", munge_key_secret="m2"),  # noqa: S106
+            "k2",
+            "kubectl -n hpc create secret generic k2 --from-file=slurm.key=/etc/slurm/slurm.key",
+        ),
+    ],
+)
+def test_the_key_secret_follows_slurm_auth(slurm: SlurmSettings, secret: str, fix: str) -> None:
+    name, how = doctor.key_secret(slurm, "hpc")
+    assert name == secret
+    assert how.endswith(fix), how
 
 
 def test_pass_lines_carry_no_fix_and_others_do() -> None:

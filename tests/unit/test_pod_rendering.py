@@ -10,6 +10,7 @@ import pytest
 
 from bridge.domain.pod_rendering import (
     PodSettings,
+    auth_template_problems,
     render_pod,
     template_image,
     template_problems,
@@ -341,3 +342,135 @@ def test_pods_carry_the_registered_readiness_gate(
     template: dict[str, Any] = {"spec": {"readinessGates": gates}} if gates else {}
     pod = render_pod(pool_with(template), "cpu-1", SETTINGS)
     assert [g["conditionType"] for g in pod["spec"]["readinessGates"]] == rendered
+
+
+MUNGE_VOLUME = {
+    "name": "munge-key",
+    "secret": {
+        "secretName": "slurm-munge-key",
+        "items": [{"key": "munge.key", "path": "munge.key"}],
+        "defaultMode": 0o400,
+    },
+}
+SLURM_KEY_VOLUME = {
+    "name": "slurm-key",
+    "secret": {
+        "secretName": "cluster-key",
+        "items": [{"key": "slurm.key", "path": "slurm.key"}],
+        "defaultMode": 0o400,
+    },
+}
+KEY_FILE_ENV = {"name": "SLURM_KEY_FILE", "value": "/etc/slurm-secret/slurm.key"}
+
+
+@pytest.mark.parametrize(
+    ("auth", "template", "volumes", "mounts", "env"),
+    [
+        (
+            "munge",
+            {},
+            [MUNGE_VOLUME],
+            [{"name": "munge-key", "mountPath": "/etc/munge-secret", "readOnly": True}],
+            ["SLURM_NODENAME", "SLURM_CONF_SERVER", "SLURMD_EXTRA_ARGS"],
+        ),
+        (
+            "slurm",
+            {},
+            [SLURM_KEY_VOLUME],
+            [{"name": "slurm-key", "mountPath": "/etc/slurm-secret", "readOnly": True}],
+            ["SLURM_NODENAME", "SLURM_CONF_SERVER", "SLURM_KEY_FILE", "SLURMD_EXTRA_ARGS"],
+        ),
+        # The template's own volumes and mounts stay, before the bridge's key.
+        (
+            "slurm",
+            FULL_TEMPLATE,
+            [{"name": "scratch", "emptyDir": {}}, SLURM_KEY_VOLUME],
+            [
+                {"name": "scratch", "mountPath": "/scratch"},
+                {"name": "slurm-key", "mountPath": "/etc/slurm-secret", "readOnly": True},
+            ],
+            ["SLURM_NODENAME", "SLURM_CONF_SERVER", "SLURM_KEY_FILE", "SLURMD_EXTRA_ARGS", "TZ"],
+        ),
+        # Under munge a pool may still opt into auth/slurm itself (its own volume and env).
+        (
+            "munge",
+            {
+                "spec": {
+                    "volumes": [{"name": "slurm-key", "secret": {"secretName": "k"}}],
+                    "containers": [{"name": "slurmd", "env": [KEY_FILE_ENV]}],
+                }
+            },
+            [{"name": "slurm-key", "secret": {"secretName": "k"}}, MUNGE_VOLUME],
+            [{"name": "munge-key", "mountPath": "/etc/munge-secret", "readOnly": True}],
+            ["SLURM_NODENAME", "SLURM_CONF_SERVER", "SLURMD_EXTRA_ARGS", "SLURM_KEY_FILE"],
+        ),
+    ],
+)
+def test_the_pods_mount_the_key_of_the_clusters_auth(
+    auth: str,
+    template: dict[str, Any],
+    volumes: list[dict[str, Any]],
+    mounts: list[dict[str, Any]],
+    env: list[str],
+) -> None:
+    settings = PodSettings(
+        namespace="hpc",
+        cluster_name="prod",
+        conf_server="10.213.0.1:6817",
+        auth=auth,
+        slurm_key_secret="cluster-key",  # noqa: S106 (a Secret's name)
+    )
+    pod = render_pod(pool_with(template), "cpu-1", settings)
+    container = slurmd(pod)
+    assert pod["spec"]["volumes"] == volumes
+    assert container["volumeMounts"] == mounts
+    assert [e["name"] for e in container["env"]] == env
+    if auth == "slurm":
+        assert KEY_FILE_ENV in container["env"]
+
+
+@pytest.mark.parametrize(
+    ("auth", "template", "problems"),
+    [
+        ("munge", {"spec": {"volumes": [{"name": "slurm-key"}]}}, []),
+        (
+            "slurm",
+            {"spec": {"volumes": [{"name": "scratch"}, {"name": "slurm-key"}]}},
+            [
+                (
+                    ("spec", "volumes", 1, "name"),
+                    "'slurm-key' is set by the bridge with slurm.auth: slurm",
+                )
+            ],
+        ),
+        (
+            "slurm",
+            {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "slurmd",
+                            "env": [{"name": "TZ"}, KEY_FILE_ENV],
+                            "volumeMounts": [{"name": "slurm-key", "mountPath": "/k"}],
+                        },
+                        # Another container may use the name: the bridge owns only slurmd's.
+                        {"name": "sidecar", "env": [KEY_FILE_ENV]},
+                    ]
+                }
+            },
+            [
+                (
+                    ("spec", "containers", 0, "env", 1, "name"),
+                    "SLURM_KEY_FILE is set by the bridge with slurm.auth: slurm",
+                ),
+                (
+                    ("spec", "containers", 0, "volumeMounts", 0, "name"),
+                    "'slurm-key' is set by the bridge with slurm.auth: slurm",
+                ),
+            ],
+        ),
+        ("slurm", {}, []),
+    ],
+)
+def test_auth_template_problems(auth: str, template: dict[str, Any], problems: list[Any]) -> None:
+    assert auth_template_problems(template, auth) == problems

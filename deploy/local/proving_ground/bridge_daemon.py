@@ -10,13 +10,16 @@ from pathlib import Path
 from . import kube
 from .layout import APISERVER_PORT, NAMESPACE, Layout
 from .processes import State, start_daemon, wait_until
-from .slurm import bridge_config_path, ground_programs
+from .slurm import bridge_config_path, ground_programs, running_auth, slurm_key_path
+from .slurm_series import AUTH_SLURM
 
 BRIDGE_SOCKET = "/run/slurm-k8s-bridge/bridge.sock"
 SHARED_DIR = Path("/var/lib/slurm-k8s-bridge/shared")
 SERVICE_ACCOUNT = "slurm-k8s-bridge"
 #: What every bridge configuration here names (slurm.munge_key_secret).
 MUNGE_KEY_SECRET = "slurm-munge-key"  # noqa: S105 (a name)
+#: The auth/slurm key's Secret (slurm.slurm_key_secret's default), made when the ground runs it.
+SLURM_KEY_SECRET = "slurm-key"  # noqa: S105 (a name)
 
 
 def bridge_kubeconfig(layout: Layout) -> Path:
@@ -32,6 +35,8 @@ def ensure_credentials(layout: Layout) -> None:
     # holds no key), then the base.
     kube.kubectl(layout, "apply", "-k", str(kustomize / "namespace"))
     create_munge_secret(layout, NAMESPACE, layout.munge_key)
+    if running_auth(layout) == AUTH_SLURM:
+        create_slurm_key_secret(layout, NAMESPACE, slurm_key_path(layout))
     kube.kubectl(layout, "apply", "-k", str(kustomize / "base"))
     token = kube.kubectl(
         layout, "-n", NAMESPACE, "create", "token", SERVICE_ACCOUNT, "--duration=48h"
@@ -65,6 +70,16 @@ def create_munge_secret(layout: Layout, namespace: str, key: Path) -> None:
     kube.kubectl(layout, "apply", "-f", "-", input_text=manifest)
 
 
+def create_slurm_key_secret(layout: Layout, namespace: str, key: Path) -> None:
+    """The Secret slurmd pods mount with ``slurm.auth: slurm`` (``slurm.slurm_key_secret``),
+    from slurmctld's ``key``; replaced if it exists, piped like the munge one."""
+    manifest = kube.kubectl(
+        layout, "-n", namespace, "create", "secret", "generic", SLURM_KEY_SECRET,
+        f"--from-file=slurm.key={key}", "--dry-run=client", "-o", "yaml",
+    )  # fmt: skip
+    kube.kubectl(layout, "apply", "-f", "-", input_text=manifest)
+
+
 def write_hooks_env(layout: Layout) -> None:
     (layout.root / "slurm_plugins" / "hooks.env").write_text(
         "# Written by the proving ground; see hooks.env.example.\n"
@@ -85,6 +100,8 @@ def bridge_env(layout: Layout) -> dict[str, str]:
         # The clients of the ground's series: the host's, or wrappers into its root.
         "SKB_SLURM_BIN_DIR": str(ground_programs(layout).bin_dir),
         "SKB_BRIDGE_SOCKET": BRIDGE_SOCKET,
+        # The pods hold the key of the authentication slurmctld runs (slurm.auth).
+        "SKB_SLURM_AUTH": running_auth(layout),
     }
 
 

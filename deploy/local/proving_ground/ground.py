@@ -117,11 +117,13 @@ def healthy(layout: Layout) -> bool:
     return all(state.running(name) is not None for name in DAEMONS)
 
 
-def _leave_series(layout: Layout, state: State, series: str) -> None:
-    """Before Slurm ``series`` replaces the running one: stop the bridge and slurmctld and delete
-    the slurmd pods (of the old series, which the new slurmctld would refuse)."""
-    old = slurm.running_series(layout)
-    with Step(f"switching Slurm {old} -> {series}: bridge, slurmctld and slurmd pods stop"):
+def _leave_series(layout: Layout, state: State, series: str, auth: str) -> None:
+    """Before Slurm ``series`` with ``auth`` replaces the running one: stop the bridge and
+    slurmctld and delete the slurmd pods (of the old series or authentication, which the new
+    slurmctld would refuse)."""
+    old = f"{slurm.running_series(layout)}/{slurm.running_auth(layout)}"
+    new = f"{series}/{auth}"
+    with Step(f"switching Slurm {old} -> {new}: bridge, slurmctld and slurmd pods stop"):
         stop_daemon(state, "bridge")
         stop_daemon(state, "slurmctld")
         if state.running("kube-apiserver"):
@@ -133,16 +135,19 @@ def _leave_series(layout: Layout, state: State, series: str) -> None:
             )  # fmt: skip
 
 
-def up(layout: Layout, series: str | None = None) -> None:
+def up(layout: Layout, series: str | None = None, auth: str | None = None) -> None:
     """Start what is not running (idempotent) with Slurm ``series`` (default: ``SKB_SLURM``,
-    else the default series); a ground of another series switches its Slurm side."""
+    else the default series) and ``auth`` (default: ``SKB_AUTH``, else munge); a ground of
+    another series or authentication switches its Slurm side."""
     started = time.monotonic()
+    series = series or slurm_series.series_from_env()
+    auth = auth or slurm_series.auth_from_env()
+    slurm_series.check_auth(series, auth)
     check_prerequisites()
     layout.local.mkdir(parents=True, exist_ok=True)
     state = State(layout)
-    series = series or slurm_series.series_from_env()
-    if slurm.switching_series(state, series) and state.running("slurmctld"):
-        _leave_series(layout, state, series)
+    if slurm.switching_series(state, series, auth) and state.running("slurmctld"):
+        _leave_series(layout, state, series, auth)
     if "netns_before" not in state.data:
         state.data["netns_before"] = sorted(_netns())
         state.save()
@@ -164,11 +169,11 @@ def up(layout: Layout, series: str | None = None) -> None:
         kube.start_kube_proxy(layout, state)
     with Step(f"simulated nodes: kwok x{len(KWOK_NODES)}"):
         kube.start_kwok(layout, state)
-    with Step(f"Slurm {series}: munged, slurmctld"):
-        slurm.start_slurm(layout, state, series)
+    with Step(f"Slurm {series} ({auth}): munged, slurmctld"):
+        slurm.start_slurm(layout, state, series, auth)
     with Step("waiting for the real node to be Ready"):
         kube.wait_real_node(layout)
-    with Step("the bridge: ServiceAccount, RBAC, munge Secret, slurm-k8s-bridge serve"):
+    with Step("the bridge: ServiceAccount, RBAC, key Secrets, slurm-k8s-bridge serve"):
         bridge_daemon.ensure_credentials(layout)
         bridge_daemon.start_bridge(layout, state)
     print(summary(layout))
@@ -191,6 +196,7 @@ def summary(layout: Layout) -> str:
             f"  kubeconfig:  {layout.kubeconfig}",
             f"  kubectl:     {layout.bin / 'kubectl'}",
             f"  slurm:       {_series_line(layout)}",
+            f"  auth:        {_auth_line(layout)}",
             f"  slurm.conf:  {layout.slurm_conf}",
             f"  logs:        {layout.logs}",
             f"  bridge:      {bridge_daemon.BRIDGE_SOCKET} (log {layout.logs / 'bridge.log'})",
@@ -207,6 +213,16 @@ def _series_line(layout: Layout) -> str:
         "the host's" if programs.on_host else f"from {slurm_series.rootfs(layout.cache, series)}"
     )
     return f"{series} ({where}; clients in {programs.bin_dir})"
+
+
+def _auth_line(layout: Layout) -> str:
+    if slurm.running_auth(layout) == slurm_series.AUTH_SLURM:
+        return (
+            f"auth/slurm (key {slurm.slurm_key_path(layout)}, Secret "
+            f"{NAMESPACE}/{bridge_daemon.SLURM_KEY_SECRET}; munged runs unused)"
+        )
+    secret = f"{NAMESPACE}/{bridge_daemon.MUNGE_KEY_SECRET}"
+    return f"auth/munge (munged on {MUNGE_SOCKET}, Secret {secret})"
 
 
 def status(layout: Layout) -> int:

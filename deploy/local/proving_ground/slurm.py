@@ -1,5 +1,6 @@
 """Slurm on the host: munged with a key of our own and slurmctld with CLOUD nodes whose power
-saving calls the hooks in ``slurm_plugins/``."""
+saving calls the hooks in ``slurm_plugins/``; with ``AUTH=slurm`` (24.11 and 26.05) slurmctld
+authenticates with auth/slurm and a slurm.key of our own instead (munged still runs, unused)."""
 
 from __future__ import annotations
 
@@ -59,12 +60,28 @@ def slurm_env(layout: Layout) -> dict[str, str]:
     return env
 
 
+def auth_lines(auth: str) -> list[str]:
+    """slurm.conf's authentication: munge on our own socket, or auth/slurm, whose slurmctld
+    reads slurm.key beside slurm.conf (:func:`slurm_key_path`) and serves the clients' tokens
+    on its sack socket (so the clients need no key)."""
+    if auth == slurm_series.AUTH_SLURM:
+        return ["AuthType=auth/slurm", "CredType=cred/slurm"]
+    return ["AuthType=auth/munge", "CredType=cred/munge", f"AuthInfo=socket={MUNGE_SOCKET}"]
+
+
 def controller_lines(
-    header: str, *, cluster: str, port: int, state_dir: Path, log_dir: Path, slurmd_timeout: int
+    header: str,
+    *,
+    cluster: str,
+    port: int,
+    state_dir: Path,
+    log_dir: Path,
+    slurmd_timeout: int,
+    auth: str = slurm_series.AUTH_MUNGE,
 ) -> list[str]:
     """The site part of a slurm.conf for a slurmctld of ours on this host (the ground's, and any
-    other whole 22.05 cluster of ours such as bench/chaos.py's): munge on our own socket, state
-    and logs where given, Slurm's simplest plugins."""
+    other whole 22.05 cluster of ours such as bench/chaos.py's): ``auth`` (munge on our own
+    socket by default), state and logs where given, Slurm's simplest plugins."""
     host = socket.gethostname().split(".")[0]
     return [
         header,
@@ -73,9 +90,7 @@ def controller_lines(
         f"SlurmctldPort={port}",
         "SlurmdPort=6818",
         "SlurmUser=root",
-        "AuthType=auth/munge",
-        "CredType=cred/munge",
-        f"AuthInfo=socket={MUNGE_SOCKET}",
+        *auth_lines(auth),
         f"StateSaveLocation={state_dir / 'state'}",
         "SlurmdSpoolDir=/var/spool/slurmd",
         f"SlurmctldPidFile={state_dir / 'slurmctld.pid'}",
@@ -94,7 +109,11 @@ def controller_lines(
     ]
 
 
-def render_slurm_conf(layout: Layout, series: str = slurm_series.HOST_SERIES) -> str:
+def render_slurm_conf(
+    layout: Layout,
+    series: str = slurm_series.HOST_SERIES,
+    auth: str = slurm_series.AUTH_MUNGE,
+) -> str:
     """Site lines of our own, then the nodes, partitions and power saving the bridge renders
     from the same configuration it runs with (so the two cannot disagree)."""
     from bridge.config import load_config
@@ -110,6 +129,7 @@ def render_slurm_conf(layout: Layout, series: str = slurm_series.HOST_SERIES) ->
             state_dir=layout.slurm,
             log_dir=layout.logs,
             slurmd_timeout=SLURMD_TIMEOUT,
+            auth=auth,
         ),
         # CLOUD nodes no bridge pool owns: the bridge must refuse them, loudly (tests use them).
         f"NodeName={STRAY_NODES} CPUs=1 RealMemory=256 State=CLOUD",
@@ -180,8 +200,34 @@ def ensure_munge_key(layout: Layout) -> None:
         key.chmod(0o400)
 
 
+def slurm_key_path(layout: Layout) -> Path:
+    """auth/slurm's key: beside slurm.conf, where slurmctld looks for it unless told otherwise."""
+    return layout.slurm_conf.parent / "slurm.key"
+
+
+def ensure_slurm_key(layout: Layout) -> Path:
+    """auth/slurm's shared key, generated once: readable by its owner only (Slurm refuses a key
+    others may read), owned by root, the ground's SlurmUser."""
+    key = slurm_key_path(layout)
+    if not key.exists():
+        key.parent.mkdir(parents=True, exist_ok=True)
+        key.touch(mode=0o600)
+        key.write_bytes(secrets.token_bytes(1024))
+    key.chmod(0o600)
+    return key
+
+
 def _recorded_series(state: State) -> str:
     return str(state.data.get("slurm_series", slurm_series.HOST_SERIES))
+
+
+def _recorded_auth(state: State) -> str:
+    return str(state.data.get("slurm_auth", slurm_series.DEFAULT_AUTH))
+
+
+def running_auth(layout: Layout) -> str:
+    """The authentication the ground's slurmctld was last started with (munge before any)."""
+    return _recorded_auth(State(layout))
 
 
 def running_series(layout: Layout) -> str:
@@ -194,15 +240,23 @@ def ground_programs(layout: Layout) -> slurm_series.SlurmPrograms:
     return slurm_series.programs(layout, running_series(layout))
 
 
-def switching_series(state: State, series: str) -> bool:
-    """Whether ``series`` differs from the one the ground last ran (slurmctld's state of one
-    series is not read by another, and the slurmd pods must be of the controller's series)."""
-    return _recorded_series(state) != series
+def switching_series(state: State, series: str, auth: str | None = None) -> bool:
+    """Whether ``series`` (or ``auth``, when given) differs from what the ground last ran
+    (slurmctld's state of one series is not read by another, and the slurmd pods must be of the
+    controller's series and hold the key of its authentication)."""
+    return _recorded_series(state) != series or (auth is not None and _recorded_auth(state) != auth)
 
 
-def start_slurm(layout: Layout, state: State, series: str | None = None) -> None:
-    """munged and slurmctld of Slurm ``series`` (default: the series the ground last ran)."""
+def start_slurm(
+    layout: Layout, state: State, series: str | None = None, auth: str | None = None
+) -> None:
+    """munged and slurmctld of Slurm ``series`` with ``auth`` (default: what the ground last ran).
+
+    munged runs with auth/slurm too (unused there, harmless): the ground's health is every
+    daemon of :data:`ground.DAEMONS` running, whatever the authentication."""
     series = series or _recorded_series(state)
+    auth = auth or _recorded_auth(state)
+    slurm_series.check_auth(series, auth)
     if series != slurm_series.HOST_SERIES:
         slurm_series.ensure_rootfs(layout.cache, series)
         if not (layout.root / "slurm_plugins" / "bin" / "skb-hook").exists():
@@ -211,13 +265,17 @@ def start_slurm(layout: Layout, state: State, series: str | None = None) -> None
                 "the Go hook client (`make hook-client` builds slurm_plugins/bin/skb-hook)"
             )
     programs = slurm_series.programs(layout, series)
-    if switching_series(state, series):
+    if switching_series(state, series, auth):
         stop_daemon(state, "slurmctld")
-        # Saved state of another series is refused (or misread): start from none.
+        # Saved state of another series is refused (or misread): start from none. A switch of
+        # authentication starts fresh too: nodes registered with the other one are gone.
         shutil.rmtree(layout.slurm / "state", ignore_errors=True)
         state.data["slurm_series"] = series
+        state.data["slurm_auth"] = auth
         state.save()
     ensure_munge_key(layout)
+    if auth == slurm_series.AUTH_SLURM:
+        ensure_slurm_key(layout)
     munge_dir = layout.local / "munge"
     os.makedirs(os.path.dirname(MUNGE_SOCKET), mode=0o755, exist_ok=True)
     start_daemon(
@@ -247,7 +305,7 @@ def start_slurm(layout: Layout, state: State, series: str | None = None) -> None
 
     pools = load_config(str(bridge_config_path(layout))).pools
     ensure_hosts_entries([*pools.all_nodes(), *expand(STRAY_NODES)])
-    text = render_slurm_conf(layout, series)
+    text = render_slurm_conf(layout, series, auth)
     if layout.slurm_conf.exists() and layout.slurm_conf.read_text() != text:
         # Power saving and node lines are read at start-up: restart rather than reconfigure.
         stop_daemon(state, "slurmctld")

@@ -22,6 +22,7 @@ import os
 import shlex
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +36,15 @@ HOST_SERIES = "22.05"
 #: What ``make up`` runs without SLURM=: the series every test and the demo were built on.
 DEFAULT_SERIES = HOST_SERIES
 MIRROR = "http://deb.debian.org/debian"
+#: The ground's authentication (``make up AUTH=slurm`` sets ``SKB_AUTH``): munge on every
+#: series, or auth/slurm with a shared slurm.key (slurm.conf's AuthType and the bridge's
+#: ``slurm.auth`` both follow it).
+AUTH_MUNGE, AUTH_SLURM = "munge", "slurm"
+AUTHS = (AUTH_MUNGE, AUTH_SLURM)
+DEFAULT_AUTH = AUTH_MUNGE
+#: Series without auth/slurm: the plugin came with Slurm 23.11 (Debian's 22.05 has no
+#: auth_slurm.so).
+WITHOUT_AUTH_SLURM = frozenset({"22.05"})
 #: The clients wrapped in .local/slurm/bin (what the bridge, the tests and users call).
 CLIENTS = ("scontrol", "sinfo", "squeue", "sbatch", "srun", "scancel", "sacct", "salloc")
 #: Directories bound into the root at the same path (files: /etc/hosts, see _enter_script).
@@ -50,6 +60,23 @@ def series_from_env() -> str:
             f"(choose one of {', '.join(SUITES)})"
         )
     return series
+
+
+def auth_from_env(environ: Mapping[str, str] = os.environ) -> str:
+    """``SKB_AUTH`` (``make up AUTH=slurm`` sets it), else munge; refuses others."""
+    auth = environ.get("SKB_AUTH") or DEFAULT_AUTH
+    if auth not in AUTHS:
+        raise ProvingGroundError(f"AUTH={auth}: choose one of {', '.join(AUTHS)}")
+    return auth
+
+
+def check_auth(series: str, auth: str) -> None:
+    """Refuse a (series, auth) pair the ground cannot run."""
+    if auth == AUTH_SLURM and series in WITHOUT_AUTH_SLURM:
+        raise ProvingGroundError(
+            f"AUTH=slurm: Slurm {series} has no auth/slurm (the plugin came with 23.11); "
+            f"use SLURM=24.11 or SLURM=26.05 with it, or AUTH=munge"
+        )
 
 
 def rootfs(cache: Path, series: str) -> Path:
