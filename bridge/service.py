@@ -36,6 +36,7 @@ from bridge.domain.reconcile import (
     Guards,
     MarkDown,
     PowerDown,
+    PowerDownAsap,
     ResumeNode,
     SetAddress,
     SetComment,
@@ -489,6 +490,7 @@ class BridgeService:
         self._set_addresses([a for a in actions if isinstance(a, SetAddress)])
         self._set_comments([a for a in actions if isinstance(a, SetComment)])
         self._update("power_down_force", [a for a in actions if isinstance(a, PowerDown)])
+        self._power_down_asap([a for a in actions if isinstance(a, PowerDownAsap)])
         self._update("resume", [a for a in actions if isinstance(a, ResumeNode)])
         creates = self._not_in_flight([a for a in actions if isinstance(a, CreatePod)])
         if creates:
@@ -589,6 +591,19 @@ class BridgeService:
         except BridgeError as e:
             # A node may have moved on since we looked (e.g. already powered down): next pass.
             log.warning("reconcile: %s %s failed: %s", state, compress(nodes), e)
+
+    def _power_down_asap(self, actions: Sequence[PowerDownAsap]) -> None:
+        """Drain the nodes with our reason, to be powered down once their jobs end."""
+        by_reason: dict[str, list[str]] = defaultdict(list)
+        for action in actions:
+            by_reason[action.reason].append(action.node)
+        for reason, nodes in by_reason.items():
+            try:
+                self.slurm.update_nodes(nodes, state="power_down_asap", reason=reason)
+                log.info("reconcile: power_down_asap %s: %s", compress(nodes), reason)
+            except BridgeError as e:
+                # The node may have moved on since we looked: the next pass plans it again.
+                log.warning("reconcile: power_down_asap %s failed: %s", compress(nodes), e)
 
     # -- status ----------------------------------------------------------------------------------
 

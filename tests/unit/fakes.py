@@ -101,6 +101,12 @@ class FakeSlurm:
         if state == "power_down_force":
             flags = (node.flags - _POWER_FLAGS) | {"POWERED_DOWN"}
             return dataclasses.replace(node, state="IDLE", flags=flags)
+        if state == "power_down_asap":
+            # Slurm drains it with the reason and powers it down once its jobs end.
+            flags = node.flags | {"DRAIN", "POWER_DOWN"}
+            return dataclasses.replace(
+                node, flags=flags, reason=reason or "", reason_since=self.now
+            )
         if state == "resume" and node.is_down:
             return dataclasses.replace(node, state="IDLE", reason="", reason_since=None)
         return node
