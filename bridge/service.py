@@ -8,6 +8,7 @@ picks up where it left off.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -26,8 +27,9 @@ from bridge.domain.circuit import (
 from bridge.domain.hostlist import compress, expand
 from bridge.domain.node_names import check_node_name
 from bridge.domain.nodes import SlurmNode, our_reason
-from bridge.domain.pod_rendering import render_pods
+from bridge.domain.pod_rendering import pool_template_hash, render_pods
 from bridge.domain.pods import UNSCHEDULABLE, PodView
+from bridge.domain.pools import PoolSet
 from bridge.domain.reconcile import (
     Action,
     CreatePod,
@@ -120,6 +122,23 @@ class BridgeService:
         self._states_sent: dict[str, tuple[str, str, bool, float]] = {}
         #: How long a sent state stands in for the watch's view of it.
         self.state_sent_memory_s = STATE_SENT_MEMORY_S
+        #: Each pool's template hash now: pods of another one are rolled (issue 14).
+        self.template_hashes = template_hashes(config)
+
+    def replace_pools(self, pools: PoolSet) -> dict[str, str]:
+        """Take over a reloaded configuration's pools between two reconcile passes; returns the
+        pools' template hashes now. Breakers keep what the pools still configured counted."""
+        with self._reconcile_lock:
+            config = dataclasses.replace(self.config, pools=pools)
+            default = config.bridge.circuit_breaker or BreakerPolicy()
+            with self._breaker_lock:
+                self.breakers = self.breakers.reconfigured(
+                    {pool.name: pool.circuit_breaker or default for pool in pools}
+                )
+            self.template_hashes = template_hashes(config)
+            # Last: RPCs read self.config without the lock, and see the old or the new one.
+            self.config = config
+            return dict(self.template_hashes)
 
     # -- hooks -----------------------------------------------------------------------------------
 
@@ -445,7 +464,15 @@ class BridgeService:
             now = self.clock()
             with self._breaker_lock:
                 self._expire_pauses(now)  # a pause's end is logged within a pass
-            actions = plan(nodes, pods, self.config.pools, now, self.guards, events=events)
+            actions = plan(
+                nodes,
+                pods,
+                self.config.pools,
+                now,
+                self.guards,
+                events=events,
+                current_hashes=self.template_hashes,
+            )
             if actions:
                 self.execute(actions)
             self.metrics.reconcile_pass(time.monotonic() - started, actions)
@@ -631,6 +658,12 @@ class BridgeService:
                 )
             )
         return rows
+
+
+def template_hashes(config: BridgeConfig) -> dict[str, str]:
+    """Pool name → the hash its pods carry when rendered from ``config`` now."""
+    settings = config.pod_settings()
+    return {pool.name: pool_template_hash(pool, settings) for pool in config.pools}
 
 
 def in_order(names: Sequence[str], results: Iterable[NodeResult]) -> list[NodeResult]:
