@@ -655,6 +655,8 @@ class BridgeService:
                     pod_ip=pod.ip if pod else "",
                     reason=node.reason if node else "",
                     since=pod.created_at if pod else None,
+                    template_hash=pod.template_hash if pod else "",
+                    pool_template_hash=self.template_hashes.get(pool.name, "") if pool else "",
                 )
             )
         return rows
