@@ -42,9 +42,11 @@ def row(node: str, state: str, pod_hash: str = "", *, pod: bool = True) -> NodeS
         (
             [
                 row("cpu-0", "idle", NEW),
-                row("cpu-1", "alloc", OLD),
+                # Busy and drained for the rollout (POWER_DOWN_ASAP): waits for its job.
+                row("cpu-1", "drng!", OLD),
                 row("cpu-2", "mix", OLD),
-                row("cpu-3", "idle", OLD),
+                # Idle and drained: Slurm powers it down at once.
+                row("cpu-3", "drain!", OLD),
                 row("cpu-4", "idle", NEW),
                 row("cpu-5", "idle~", pod=False),
             ],
