@@ -16,6 +16,7 @@ from typing import Protocol
 from bridge.adapters.kubernetes import PodEvent, PodGateway, WatchExpired
 from bridge.adapters.slurm_cli import SlurmCli, read_slurm_user
 from bridge.api import TlsServerFiles, build_server
+from bridge.config_reload import ConfigReloader
 from bridge.domain.disruption_budget import render_disruption_budgets
 from bridge.domain.pods import PodView
 from bridge.errors import BridgeError, ConfigError
@@ -57,10 +58,19 @@ def configure_logging(log_format: str, level: int = logging.INFO) -> None:
 class Reconciler:
     """Runs ``reconcile_once`` every interval, and soon after a poke (pod event, RPC)."""
 
-    def __init__(self, service: BridgeService, interval_s: float, min_gap_s: float = 0.3) -> None:
+    def __init__(
+        self,
+        service: BridgeService,
+        interval_s: float,
+        min_gap_s: float = 0.3,
+        *,
+        before_pass: Callable[[], object] | None = None,
+    ) -> None:
         self.service = service
         self.interval_s = interval_s
         self.min_gap_s = min_gap_s
+        #: Runs on this thread before every pass (the config reload), never during one.
+        self.before_pass = before_pass
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="reconcile", daemon=True)
@@ -83,6 +93,8 @@ class Reconciler:
             if self._stop.is_set():
                 return
             try:
+                if self.before_pass is not None:
+                    self.before_pass()
                 actions = self.service.reconcile_once()
                 if actions:
                     log.info("reconcile: %d action(s)", len(actions))
@@ -246,6 +258,8 @@ class Bridge:
     watcher: PodWatcher
     server: object
     metrics_server: MetricsServer | None = None
+    #: Reloads the configuration file (SIGHUP, or the file changed); None without a file.
+    reloader: ConfigReloader | None = None
 
     def stop(self, grace_s: float = 5.0) -> None:
         self.server.stop(grace_s)  # type: ignore[attr-defined]
@@ -337,7 +351,12 @@ def start(config: BridgeConfig) -> Bridge:
     # Reconcile and status read the watch's cache; the watcher below fills it.
     cache = PodCache()
     service = BridgeService(config, slurm, pods, pod_views=cache, metrics=metrics, cordons=pods)
-    reconciler = Reconciler(service, config.bridge.reconcile_interval_s)
+    reloader = ConfigReloader(service, config.source) if config.source else None
+    reconciler = Reconciler(
+        service,
+        config.bridge.reconcile_interval_s,
+        before_pass=reloader.reload_if_due if reloader is not None else None,
+    )
     tls = None
     if config.bridge.tls_cert and config.bridge.tls_key and config.bridge.tls_client_ca:
         tls = TlsServerFiles(
@@ -372,7 +391,7 @@ def start(config: BridgeConfig) -> Bridge:
         config.kubernetes.namespace,
         ", ".join(f"{p.name}={p.nodes}" for p in config.pools),
     )
-    return Bridge(service, pods, reconciler, watcher, server, metrics_server)
+    return Bridge(service, pods, reconciler, watcher, server, metrics_server, reloader)
 
 
 def serve(config: BridgeConfig) -> int:
@@ -386,6 +405,16 @@ def serve(config: BridgeConfig) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    reloader = bridge.reloader
+    if reloader is not None:
+
+        def on_hangup(_signum: int, _frame: FrameType | None) -> None:
+            # The reconcile thread reloads before its next pass: no lock in a signal handler.
+            log.info("SIGHUP: reloading %s", reloader.path)
+            reloader.request()
+            bridge.reconciler.poke()
+
+        signal.signal(signal.SIGHUP, on_hangup)
     while not stopping.is_set():
         stopping.wait(1.0)
     started = time.monotonic()

@@ -8,6 +8,7 @@ picks up where it left off.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -28,8 +29,9 @@ from bridge.domain.hostlist import compress, expand
 from bridge.domain.job_failure import FailedJob, nodes_to_release, plan_job_failure
 from bridge.domain.node_names import check_node_name
 from bridge.domain.nodes import SlurmNode, our_reason
-from bridge.domain.pod_rendering import render_pods
+from bridge.domain.pod_rendering import pool_template_hash, render_pods
 from bridge.domain.pods import UNSCHEDULABLE, PodView
+from bridge.domain.pools import PoolSet
 from bridge.domain.reconcile import (
     Action,
     CreatePod,
@@ -125,6 +127,23 @@ class BridgeService:
         self._states_sent: dict[str, tuple[str, str, bool, float]] = {}
         #: How long a sent state stands in for the watch's view of it.
         self.state_sent_memory_s = STATE_SENT_MEMORY_S
+        #: Each pool's template hash now: pods of another one are rolled (issue 14).
+        self.template_hashes = template_hashes(config)
+
+    def replace_pools(self, pools: PoolSet) -> dict[str, str]:
+        """Take over a reloaded configuration's pools between two reconcile passes; returns the
+        pools' template hashes now. Breakers keep what the pools still configured counted."""
+        with self._reconcile_lock:
+            config = dataclasses.replace(self.config, pools=pools)
+            default = config.bridge.circuit_breaker or BreakerPolicy()
+            with self._breaker_lock:
+                self.breakers = self.breakers.reconfigured(
+                    {pool.name: pool.circuit_breaker or default for pool in pools}
+                )
+            self.template_hashes = template_hashes(config)
+            # Last: RPCs read self.config without the lock, and see the old or the new one.
+            self.config = config
+            return dict(self.template_hashes)
 
     # -- hooks -----------------------------------------------------------------------------------
 
@@ -533,7 +552,14 @@ class BridgeService:
                 self._expire_pauses(now)  # a pause's end is logged within a pass
             cordoned = self.cordons.read() if self.cordons is not None else frozenset()
             actions = plan(
-                nodes, pods, self.config.pools, now, self.guards, events=events, cordoned=cordoned
+                nodes,
+                pods,
+                self.config.pools,
+                now,
+                self.guards,
+                events=events,
+                cordoned=cordoned,
+                current_hashes=self.template_hashes,
             )
             if actions:
                 self.execute(actions)
@@ -718,9 +744,17 @@ class BridgeService:
                     pod_ip=pod.ip if pod else "",
                     reason=node.reason if node else "",
                     since=pod.created_at if pod else None,
+                    template_hash=pod.template_hash if pod else "",
+                    pool_template_hash=self.template_hashes.get(pool.name, "") if pool else "",
                 )
             )
         return rows
+
+
+def template_hashes(config: BridgeConfig) -> dict[str, str]:
+    """Pool name → the hash its pods carry when rendered from ``config`` now."""
+    settings = config.pod_settings()
+    return {pool.name: pool_template_hash(pool, settings) for pool in config.pools}
 
 
 def in_order(names: Sequence[str], results: Iterable[NodeResult]) -> list[NodeResult]:

@@ -134,6 +134,64 @@ def summary_lines(rows: Iterable[NodeStatus]) -> list[str]:
     ]
 
 
+# Busy states: an older-template pod there waits for its jobs before Slurm powers it down.
+_BUSY_WORDS = frozenset({"allocated", "mixed", "completing", "draining"})
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One pool's rollout: its pods on the ``template`` it renders now and on older ones."""
+
+    pool: str
+    template: str
+    pods: int
+    current: int
+    older: int
+    waiting_for_jobs: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "template": self.template,
+            "pods": self.pods,
+            "current": self.current,
+            "older": self.older,
+            "waiting_for_jobs": self.waiting_for_jobs,
+        }
+
+
+def rollouts(rows: Iterable[NodeStatus]) -> list[Rollout]:
+    """The pools with a pod on an older template (a rollout in progress), sorted by pool."""
+    by_pool: dict[str, list[NodeStatus]] = {}
+    for r in rows:
+        if r.pod_phase and r.pool_template_hash:
+            by_pool.setdefault(r.pool, []).append(r)
+    found = []
+    for pool, pods in sorted(by_pool.items()):
+        older = [r for r in pods if r.on_older_template]
+        if not older:
+            continue
+        found.append(
+            Rollout(
+                pool=pool,
+                template=pods[0].pool_template_hash,
+                pods=len(pods),
+                current=sum(r.template_hash == r.pool_template_hash for r in pods),
+                older=len(older),
+                waiting_for_jobs=sum(state_word(r) in _BUSY_WORDS for r in older),
+            )
+        )
+    return found
+
+
+def rollout_lines(rows: Iterable[NodeStatus]) -> list[str]:
+    """``rollout cpu: 3/5 pods on template ab12cd34ef; 2 waiting for their jobs``, per pool."""
+    return [
+        f"rollout {r.pool}: {r.current}/{r.pods} pods on template {r.template}; "
+        f"{r.waiting_for_jobs} waiting for their jobs"
+        for r in rollouts(rows)
+    ]
+
+
 def stuck_line(stuck: Sequence[Stuck]) -> str:
     """The last line: ``stuck: N node(s): a (why); b (why)`` or ``stuck: none``."""
     if not stuck:
@@ -158,11 +216,13 @@ def as_json(
                 "age_s": _age_seconds(r.since, now),
                 "since": iso_utc(r.since) if r.since else None,
                 "reason": r.reason or None,
+                "template_hash": r.template_hash or None,
             }
             for r in rows
         ],
         "summary": summary(rows),
         "stuck": [{"node": s.node, "pool": s.pool or None, "why": s.why} for s in stuck],
+        "rollouts": {r.pool: r.as_dict() for r in rollouts(rows)},
     }
 
 
@@ -194,5 +254,6 @@ def render(
     if hidden:
         lines.append(f"({hidden} more node(s) powered down with no pod; --all lists them)")
     lines += summary_lines(rows)
+    lines += rollout_lines(rows)
     lines.append(stuck_line(stuck))
     return "\n".join(lines), stuck

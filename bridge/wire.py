@@ -85,6 +85,8 @@ def status_to_pb(s: NodeStatus) -> pb.NodeStatus:
         pod_phase=s.pod_phase,
         pod_ip=s.pod_ip,
         reason=s.reason,
+        template_hash=s.template_hash,
+        pool_template_hash=s.pool_template_hash,
     )
     if s.since is not None:
         msg.since.FromDatetime(s.since)
@@ -101,6 +103,8 @@ def status_from_pb(n: pb.NodeStatus) -> NodeStatus:
         pod_ip=n.pod_ip,
         reason=n.reason,
         since=n.since.ToDatetime(tzinfo=UTC) if n.HasField("since") else None,
+        template_hash=n.template_hash,
+        pool_template_hash=n.pool_template_hash,
     )
 
 

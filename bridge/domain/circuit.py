@@ -182,6 +182,15 @@ class CircuitBreakers:
         self._policies = dict(policies)
         self._circuits = {pool: PoolCircuit() for pool in self._policies}
 
+    def reconfigured(self, policies: Mapping[str, BreakerPolicy]) -> CircuitBreakers:
+        """Breakers for ``policies`` (a reloaded configuration's pools) that keep what each pool
+        still configured has counted: a reload neither pauses nor resumes a pool."""
+        breakers = CircuitBreakers(policies)
+        for pool in breakers._policies:
+            if pool in self._circuits:
+                breakers._circuits[pool] = self._circuits[pool]
+        return breakers
+
     def pools(self) -> tuple[str, ...]:
         """The pools' names, in configuration order."""
         return tuple(self._policies)

@@ -20,6 +20,8 @@ The result is plain JSON (camelCase keys) as the API server accepts it.
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +35,7 @@ from bridge.domain.pods import (
     LABEL_MANAGED_BY,
     LABEL_NODE,
     LABEL_POOL,
+    LABEL_TEMPLATE_HASH,
     MANAGED_BY,
 )
 from bridge.domain.pools import NodePool
@@ -58,7 +61,12 @@ _DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
 # Only the secret's owner may read it; the entrypoint copies it with munge's owner and mode.
 _SECRET_MODE = 0o400
 
-_OWN_LABELS = frozenset({LABEL_MANAGED_BY, LABEL_POOL, LABEL_NODE, LABEL_CLUSTER})
+_OWN_LABELS = frozenset(
+    {LABEL_MANAGED_BY, LABEL_POOL, LABEL_NODE, LABEL_CLUSTER, LABEL_TEMPLATE_HASH}
+)
+#: Stands in for the node name when hashing a pool's pod: the hash is the same for every node.
+_ANY_NODE = "any-node"
+_TEMPLATE_HASH_LENGTH = 10
 _OWN_ENV = frozenset({ENV_NODENAME, ENV_CONF_SERVER})
 _TEMPLATE_KEYS = frozenset({"metadata", "spec"})
 _TEMPLATE_METADATA_KEYS = frozenset({"labels", "annotations"})
@@ -122,6 +130,7 @@ def render_pods(
     if not nodes:
         return []
     shared = _render_sharing_the_template(pool, nodes[0], settings)
+    shared["metadata"]["labels"][LABEL_TEMPLATE_HASH] = pool_template_hash(pool, settings)
     frozen = _as_json(shared)
     slurmd_index = next(
         i for i, c in enumerate(shared["spec"]["containers"]) if c["name"] == SLURMD_CONTAINER
@@ -136,6 +145,27 @@ def render_pods(
         pod["spec"]["containers"][slurmd_index]["env"][0]["value"] = node
         pods.append(pod)
     return pods
+
+
+def pool_template_hash(pool: NodePool, settings: PodSettings) -> str:
+    """A short, stable hash of everything ``pool`` (and ``settings``) put into its pods: image,
+    template, shape, env, volumes ...; not the node's name. Equal pools hash equally in every
+    process (sha256 of canonical JSON, never Python's ``hash()``), so a change of it means a
+    pod runs an older template."""
+    pod = _render_sharing_the_template(pool, _ANY_NODE, settings)
+    text = json.dumps(
+        _canonical(pod), sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:_TEMPLATE_HASH_LENGTH]
+
+
+def _canonical(value: object) -> object:
+    # The template sits behind read-only mappings and may hold tuples: make it plain JSON.
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canonical(item) for item in value]
+    return value
 
 
 def _as_json(pod: dict[str, Any]) -> bytes | None:

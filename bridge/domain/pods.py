@@ -19,6 +19,10 @@ LABEL_CLUSTER = "slurm-k8s-bridge.io/cluster"
 #: The node's Slurm state as one word (``allocated``, ``idle``, ...; see ``pod_slurm_state``),
 #: so ``kubectl get pods -l slurm-k8s-bridge.io/slurm-state=allocated`` finds the busy nodes.
 LABEL_SLURM_STATE = "slurm-k8s-bridge.io/slurm-state"
+#: A short hash of everything the pool put into the pod (see ``pool_template_hash``). A label,
+#: not an annotation, for the same reason Deployments label ``pod-template-hash``: ``kubectl get
+#: pods -L`` shows it and ``-l`` finds the pods still on an older template during a rollout.
+LABEL_TEMPLATE_HASH = "slurm-k8s-bridge.io/template-hash"
 #: The pod condition (and readiness gate) that is True once the node's slurmd registered.
 CONDITION_REGISTERED = "slurm-k8s-bridge.io/registered"
 
@@ -83,6 +87,9 @@ class PodView:
     #: absent) and the :data:`CONDITION_REGISTERED` condition (None when absent).
     slurm_state: str = ""
     registered: bool | None = None
+    #: The :data:`LABEL_TEMPLATE_HASH` of the template the pod was rendered from; "" for pods of
+    #: a bridge older than that label: unknown, never rolled (upgrading the bridge rolls nothing).
+    template_hash: str = ""
 
     @property
     def is_running(self) -> bool:
@@ -184,4 +191,5 @@ def pod_view(manifest: Mapping[str, Any]) -> PodView:
         namespace=str(metadata.get("namespace") or ""),
         slurm_state=str(labels.get(LABEL_SLURM_STATE) or ""),
         registered=_registered(status),
+        template_hash=str(labels.get(LABEL_TEMPLATE_HASH) or ""),
     )

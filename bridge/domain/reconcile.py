@@ -34,6 +34,11 @@ node wants its pod, pod runs on a cordoned ``PowerDownAsap`` with ``k8s: Cordone
 Kubernetes node                            drains it, powers it down when its jobs end, and the
                                            next resume's pod lands elsewhere (not over an
                                            admin's drain, not twice)
+node wants its pod, pod on an older        ``PowerDownAsap`` with ``k8s: Rollout: ...``: idle
+template (hash known and not the pool's)   nodes power down at once, busy ones after their jobs;
+                                           the next resume renders the new template. Not while
+                                           powering up (a job waits for that node: it rolls
+                                           after the job) nor over an admin's reason
 =========================================  ======================================================
 
 The last two act only on a difference, so a quiet cluster costs no write: at most one label
@@ -271,6 +276,21 @@ def _plan_cordoned(node: SlurmNode, pod: PodView | None, cordoned: frozenset[str
     return [PowerDownAsap(node.name, our_reason("Cordoned", message))]
 
 
+def _plan_rollout(node: SlurmNode, pod: PodView | None, current_hash: str) -> list[Action]:
+    """Replace a pod of an older template through Slurm: drain, power down when idle, resume."""
+    if pod is None or pod.deleting or not pod.template_hash or not current_hash:
+        return []  # "" is a pod of an older bridge: unknown, so upgrading the bridge rolls nothing
+    if pod.template_hash == current_hash or not node.wants_pod or node.is_powering_up:
+        # Powering up: a job is waiting for this very pod; it rolls once that job is done.
+        return []
+    if node.power_down_queued and node.has_our_reason:
+        return []  # asked already: Slurm powers it down when its jobs end
+    if node.reason and not node.has_our_reason:
+        return []  # an admin's drain: their reason is not ours to overwrite
+    change = f"pool {pod.pool or '?'} template {pod.template_hash} -> {current_hash}"
+    return [PowerDownAsap(node.name, our_reason("Rollout", change))]
+
+
 def _plan_stuck(pod: PodView | None, now: datetime, guards: Guards) -> list[Action]:
     if pod is None or not pod.deleting or pod.deletion_deadline is None:
         return []
@@ -336,9 +356,11 @@ def plan_node(
     *,
     events: Iterable[ScaleUpEvent] = (),
     cordoned: frozenset[str] = frozenset(),
+    current_hash: str = "",
 ) -> list[Action]:
     """The actions for one node that a pool owns and Slurm knows; ``cordoned`` names the
-    Kubernetes nodes marked unschedulable."""
+    Kubernetes nodes marked unschedulable, ``current_hash`` is the pool's template hash now
+    ("" for unknown: no rollout)."""
     waiting = ""
     if node.is_powered_down or node.is_powering_down:
         actions = _plan_powering_down(node, pod, now, guards)
@@ -353,7 +375,9 @@ def plan_node(
         else:
             if isinstance(verdict, Wait):
                 waiting = our_reason("waiting", verdict.why)
-            actions = [*_plan_wanted(node, pod, pool), *_plan_cordoned(node, pod, cordoned)]
+            # A cordoned host wins over a rollout: both replace the pod through Slurm, once.
+            replace = _plan_cordoned(node, pod, cordoned) or _plan_rollout(node, pod, current_hash)
+            actions = [*_plan_wanted(node, pod, pool), *replace]
     actions = [*actions, *_plan_stuck(pod, now, guards)]
     return [
         *actions,
@@ -372,12 +396,16 @@ def plan(
     *,
     events: Iterable[ScaleUpEvent] = (),
     cordoned: frozenset[str] = frozenset(),
+    current_hashes: Mapping[str, str] | None = None,
 ) -> list[Action]:
     """Everything to do so that Slurm's and Kubernetes' views agree, in a stable order.
 
     ``events`` are what a cluster autoscaler said about our pods (see ``verdict.judge_pod``);
-    ``cordoned`` the Kubernetes nodes marked unschedulable (``spec.unschedulable``).
+    ``cordoned`` the Kubernetes nodes marked unschedulable (``spec.unschedulable``);
+    ``current_hashes`` maps pool name to its template hash now (``pool_template_hash``): pods
+    of another hash are rolled. None or a pool missing: no rollout.
     """
+    hashes = current_hashes or {}
     scale_events = tuple(events)
     nodes: Mapping[str, SlurmNode] = {n.name: n for n in slurm_nodes}
     by_node: Mapping[str, PodView] = {p.node: p for p in pods}
@@ -396,6 +424,15 @@ def plan(
             actions.extend(_plan_stuck(pod, now, guards))
             continue
         actions.extend(
-            plan_node(node, pod, pool, now, guards, events=scale_events, cordoned=cordoned)
+            plan_node(
+                node,
+                pod,
+                pool,
+                now,
+                guards,
+                events=scale_events,
+                cordoned=cordoned,
+                current_hash=hashes.get(pool.name, ""),
+            )
         )
     return actions

@@ -49,3 +49,14 @@ class NodeStatus:
     pod_ip: str
     reason: str  # Slurm's reason for the node (ours or an admin's)
     since: datetime | None  # pod creation time, when there is a pod
+    #: The pod's template hash ("" without a pod, or a pod of an older bridge) and the one its
+    #: pool renders now: a pod whose known hash differs is being rolled.
+    template_hash: str = ""
+    pool_template_hash: str = ""
+
+    @property
+    def on_older_template(self) -> bool:
+        """Whether the pod is known to run an older template of its pool (being rolled)."""
+        return bool(self.template_hash and self.pool_template_hash) and (
+            self.template_hash != self.pool_template_hash
+        )

@@ -11,6 +11,9 @@ Kubernetes' pod phases; a case the reconciler repairs within a pass is only stuc
 Slurm (node)                                 pod                                          clock
 ==========================================  ===========================================  ========
 DOWN or DRAIN with a ``k8s:`` reason         any                                          at once
+  but DRAIN and power down queued (``!``):   any                                          never
+  our ``power_down_asap`` (a rollout), busy
+  the same, idle (Slurm powers it down)      any                                          seen
 DOWN with Slurm's ``ResumeTimeout reached``  any                                          at once
 any                                          Failed, Succeeded or Unknown (not deleted)   at once
 not known to Slurm                           any but Terminating                          pod age
@@ -92,12 +95,20 @@ def _seconds(delta: timedelta) -> str:
     return f"{max(0, int(delta.total_seconds()))}s"
 
 
+def _powering_down_on_purpose(row: NodeStatus, node: SlurmNode) -> bool:
+    """Our ``power_down_asap`` (a template rollout): drained with our reason to be powered down
+    once its jobs end; planned work, not a failure."""
+    return bool(row.slurm_state) and (
+        node.is_drained and node.power_down_queued and node.has_our_reason and not node.is_down
+    )
+
+
 def _why_at_once(row: NodeStatus, node: SlurmNode) -> str | None:
     """What makes a node stuck whatever its age: a failure someone has to look at."""
-    # Our drain with a power down queued (a cordoned host, PowerDownAsap) waits for the node's
+    # Our drain with a power down queued (a cordoned host, a rollout) waits for the node's
     # jobs on purpose: no failure, Slurm powers the node down when they end.
-    failed_drain = node.is_drained and not node.power_down_queued
-    if row.slurm_state and (node.is_down or failed_drain) and node.has_our_reason:
+    ours = row.slurm_state and (node.is_down or node.is_drained) and node.has_our_reason
+    if ours and not _powering_down_on_purpose(row, node):
         return row.reason
     if row.slurm_state and node.is_down and row.reason.startswith(RESUME_TIMEOUT_REASON):
         return f"Slurm gave up on the resume ({row.reason}); it stays DOWN until resumed"
@@ -118,6 +129,9 @@ def _why(row: NodeStatus, now: datetime, after: timedelta, seen: datetime | None
             return None
         return f"{what} for {_seconds(now - since)} (> {_seconds(after)})"
 
+    if _powering_down_on_purpose(row, node):
+        # Busy: its jobs may run for days. Idle: Slurm's next power-save pass takes it down.
+        return None if node.is_busy else lasted(seen, "drained to power down, still up")
     phase = row.pod_phase
     pod_age = row.since if phase and phase != TERMINATING else None
     if not row.slurm_state:

@@ -231,7 +231,7 @@ def test_json_shape() -> None:
     o = opts(["--json", "--node", "cpu-[0-5]"])
     selected = select(ROWS, o)
     doc = as_json(selected, find_stuck(selected, NOW, o.stuck_after), NOW, o)
-    assert list(doc) == ["time", "stuck_after_s", "nodes", "summary", "stuck"]
+    assert list(doc) == ["time", "stuck_after_s", "nodes", "summary", "stuck", "rollouts"]
     assert doc["time"] == "2026-12-03T12:00:00Z"
     assert doc["stuck_after_s"] == 300
     assert doc["nodes"][0] == {
@@ -243,6 +243,7 @@ def test_json_shape() -> None:
         "age_s": 3600,
         "since": "2026-12-03T11:00:00Z",
         "reason": None,
+        "template_hash": None,
     }
     assert doc["nodes"][5] == {
         "node": "cpu-5",
@@ -253,6 +254,7 @@ def test_json_shape() -> None:
         "age_s": None,
         "since": None,
         "reason": "k8s: NoCapacity: quota",
+        "template_hash": None,
     }
     # Every node is listed, idle~ ones too: scripts filter for themselves.
     assert len(doc["nodes"]) == 6
@@ -263,6 +265,7 @@ def test_json_shape() -> None:
         {"node": "cpu-4", "pool": "cpu", "why": "pod Pending for 400s (> 300s)"},
         {"node": "cpu-5", "pool": "cpu", "why": "k8s: NoCapacity: quota"},
     ]
+    assert doc["rollouts"] == {}  # no pod is on an older template
     text, _ = render(selected, o, NOW)
     assert json.loads(text) == doc
     assert text.startswith('{\n  "time": ')  # indented once; one line per frame under --watch

@@ -11,11 +11,18 @@ import pytest
 from bridge.domain.pod_rendering import (
     PodSettings,
     auth_template_problems,
+    pool_template_hash,
     render_pod,
     template_image,
     template_problems,
 )
-from bridge.domain.pods import LABEL_CLUSTER, LABEL_MANAGED_BY, LABEL_NODE, LABEL_POOL
+from bridge.domain.pods import (
+    LABEL_CLUSTER,
+    LABEL_MANAGED_BY,
+    LABEL_NODE,
+    LABEL_POOL,
+    LABEL_TEMPLATE_HASH,
+)
 from bridge.domain.pools import NodePool
 
 SETTINGS = PodSettings(namespace="hpc", cluster_name="prod", conf_server="10.213.0.1:6817")
@@ -51,6 +58,7 @@ def test_empty_template_renders_the_whole_pod() -> None:
                 LABEL_CLUSTER: "prod",
                 LABEL_POOL: "cpu",
                 LABEL_NODE: "cpu-1",
+                LABEL_TEMPLATE_HASH: pool_template_hash(pool_with({}), SETTINGS),
             },
             "annotations": {"kubectl.kubernetes.io/default-container": "slurmd"},
         },
@@ -474,3 +482,57 @@ def test_the_pods_mount_the_key_of_the_clusters_auth(
 )
 def test_auth_template_problems(auth: str, template: dict[str, Any], problems: list[Any]) -> None:
     assert auth_template_problems(template, auth) == problems
+
+
+def _changed_pool(change: str) -> NodePool:
+    base = {"spec": {"containers": [{"name": "slurmd", "env": [{"name": "A", "value": "1"}]}]}}
+    template = copy.deepcopy(base)
+    image = "localhost/slurmd:dev"
+    if change == "env":
+        template["spec"]["containers"][0]["env"].append({"name": "SKB_ROLLOUT_MARK", "value": "2"})
+    elif change == "image":
+        image = "localhost/slurmd:next"
+    elif change == "volume":
+        template["spec"]["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+    elif change == "label":
+        template["metadata"] = {"labels": {"team": "hpc"}}
+    return pool_with(template, image=image)
+
+
+@pytest.mark.parametrize(
+    ("change", "same_hash"),
+    [
+        ("nothing", True),
+        ("env", False),
+        ("image", False),
+        ("volume", False),
+        ("label", False),
+    ],
+)
+def test_template_hash_follows_what_the_pool_puts_into_the_pod(
+    change: str, same_hash: bool
+) -> None:
+    before = pool_template_hash(_changed_pool("nothing"), SETTINGS)
+    assert (pool_template_hash(_changed_pool(change), SETTINGS) == before) is same_hash
+
+
+def test_template_hash_is_short_stable_and_the_same_for_every_node() -> None:
+    pool = pool_with({})
+    # Pinned: the hash must not depend on the process (no hash(), no dict order).
+    assert pool_template_hash(pool, SETTINGS) == "b7260f7e67"
+    hashes = {
+        render_pod(pool, node, SETTINGS)["metadata"]["labels"][LABEL_TEMPLATE_HASH]
+        for node in pool.node_names
+    }
+    assert hashes == {"b7260f7e67"}
+    bigger = NodePool.create(
+        name="cpu", nodes="cpu-[0-3]", cpus=4, real_memory_mb=1024, image="localhost/slurmd:dev"
+    )
+    assert pool_template_hash(bigger, SETTINGS) != "b7260f7e67"
+
+
+def test_a_template_may_not_set_the_template_hash_label() -> None:
+    template = {"metadata": {"labels": {LABEL_TEMPLATE_HASH: "0000000000"}}}
+    assert template_problems(template) == [
+        (("metadata", "labels", LABEL_TEMPLATE_HASH), "the bridge sets this label")
+    ]

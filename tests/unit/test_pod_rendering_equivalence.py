@@ -25,10 +25,11 @@ from bridge.domain.pod_rendering import (
     SLURMD_CONTAINER,
     PodSettings,
     pod_labels,
+    pool_template_hash,
     render_pod,
     render_pods,
 )
-from bridge.domain.pods import CONDITION_REGISTERED
+from bridge.domain.pods import CONDITION_REGISTERED, LABEL_TEMPLATE_HASH
 from bridge.domain.pools import NodePool
 
 from .test_pod_rendering import FULL_TEMPLATE, SETTINGS, pool_with
@@ -185,6 +186,8 @@ def test_rendering_equals_the_deep_copying_one(pool: NodePool, settings: PodSett
     together = render_pods(pool, nodes, settings)
     for node, pod in zip(nodes, together, strict=True):
         expected = render_pod_before_issue_11(pool, node, settings)
+        # The one thing added since (issue 14): the template hash, the labels' last key.
+        expected["metadata"]["labels"][LABEL_TEMPLATE_HASH] = pool_template_hash(pool, settings)
         for rendered in (pod, render_pod(pool, node, settings)):
             assert rendered == expected
             assert json.dumps(rendered, default=repr) == json.dumps(expected, default=repr)

@@ -10,6 +10,7 @@ import pytest
 from bridge.domain.pods import (
     LABEL_NODE,
     LABEL_POOL,
+    LABEL_TEMPLATE_HASH,
     PodFailure,
     PodHoldup,
     PodView,
@@ -360,3 +361,16 @@ def test_defaults_when_fields_are_missing() -> None:
     )
     assert view.failure is None
     assert not view.deleting
+
+
+@pytest.mark.parametrize(
+    ("labels", "template_hash"),
+    [
+        ({LABEL_NODE: "cpu-0", LABEL_TEMPLATE_HASH: "ab12cd34ef"}, "ab12cd34ef"),
+        # A pod of a bridge before the label: unknown, which the plan never rolls.
+        ({LABEL_NODE: "cpu-0"}, ""),
+    ],
+    ids=["labelled", "older bridge"],
+)
+def test_pod_view_reads_the_template_hash(labels: dict[str, str], template_hash: str) -> None:
+    assert pod_view(manifest({}, labels=labels)).template_hash == template_hash

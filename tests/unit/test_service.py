@@ -415,13 +415,21 @@ def test_list_nodes_puts_both_views_side_by_side() -> None:
     started = NOW - timedelta(minutes=3)
     w.pods.add("cpu-0", created_at=started, ip="10.1.0.5")
     w.pods.add("cpu-3", phase="Running", deleting=True, created_at=started)
+    # Every pool node shows the template its pool renders now; these pods carry no hash.
+    cpu, gpu = (w.service.template_hashes[pool] for pool in ("cpu", "gpu"))
     assert w.service.list_nodes("") == [
-        NodeStatus("cpu-0", "cpu", "alloc", "Running", "10.1.0.5", "", started),
-        NodeStatus("cpu-1", "cpu", "idle~", "", "", "", None),
-        NodeStatus("cpu-2", "cpu", "down#", "", "", "k8s: NoCapacity: full", None),
-        NodeStatus("cpu-3", "cpu", "", "Terminating", "10.0.0.1", "", started),
-        NodeStatus("gpu-0", "gpu", "", "", "", "", None),
-        NodeStatus("gpu-1", "gpu", "", "", "", "", None),
+        NodeStatus(
+            "cpu-0", "cpu", "alloc", "Running", "10.1.0.5", "", started, pool_template_hash=cpu
+        ),
+        NodeStatus("cpu-1", "cpu", "idle~", "", "", "", None, pool_template_hash=cpu),
+        NodeStatus(
+            "cpu-2", "cpu", "down#", "", "", "k8s: NoCapacity: full", None, pool_template_hash=cpu
+        ),
+        NodeStatus(
+            "cpu-3", "cpu", "", "Terminating", "10.0.0.1", "", started, pool_template_hash=cpu
+        ),
+        NodeStatus("gpu-0", "gpu", "", "", "", "", None, pool_template_hash=gpu),
+        NodeStatus("gpu-1", "gpu", "", "", "", "", None, pool_template_hash=gpu),
     ]
 
 

@@ -100,6 +100,17 @@ CASES = [
     # Our drain with a power down queued (a cordoned Kubernetes node) waits for the job.
     ("draining-ours-power-down-queued", row("drng!", "Running", 4000, CORDONED), 4000, None),
     ("drained-ours-power-down-queued", row("drain!", "Running", 60, CORDONED), None, None),
+    # Our power_down_asap (a template rollout) is planned work: busy, it waits for its jobs;
+    # idle, Slurm powers it down on its next pass, or it is stuck once that lasted.
+    ("rollout-busy", row("drng!", "Running", 4000, "k8s: Rollout: pool cpu"), 4000, None),
+    ("rollout-idle-young", row("drain!", "Running", 4000, "k8s: Rollout: pool cpu"), 10, None),
+    (
+        "rollout-idle-too-long",
+        row("drain!", "Running", 4000, "k8s: Rollout: pool cpu"),
+        400,
+        "drained to power down, still up for 400s (> 300s)",
+    ),
+    ("rollout-idle-not-watching", row("drain!", "Running", 4000, "k8s: Rollout: x"), None, None),
     (
         "resume-timeout",
         row("down~", reason="ResumeTimeout reached"),

@@ -922,9 +922,16 @@ type NodeStatus struct {
 	// Slurm's reason for the node's state (the bridge's `k8s: ...` or an admin's); may be empty.
 	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The pod's creation time; unset when there is no pod.
-	Since         *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=since,proto3" json:"since,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Since *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=since,proto3" json:"since,omitempty"`
+	// The hash of the template the pod was rendered from (its `slurm-k8s-bridge.io/template-hash`
+	// label); empty when there is no pod, or for a pod of a bridge older than that label.
+	TemplateHash string `protobuf:"bytes,8,opt,name=template_hash,json=templateHash,proto3" json:"template_hash,omitempty"`
+	// The hash of the template the node's pool renders now. A pod whose non-empty
+	// `template_hash` differs is on an older template: the bridge replaces it through Slurm
+	// (drained, powered down once its jobs end, resumed on the new template).
+	PoolTemplateHash string `protobuf:"bytes,9,opt,name=pool_template_hash,json=poolTemplateHash,proto3" json:"pool_template_hash,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *NodeStatus) Reset() {
@@ -1004,6 +1011,20 @@ func (x *NodeStatus) GetSince() *timestamppb.Timestamp {
 		return x.Since
 	}
 	return nil
+}
+
+func (x *NodeStatus) GetTemplateHash() string {
+	if x != nil {
+		return x.TemplateHash
+	}
+	return ""
+}
+
+func (x *NodeStatus) GetPoolTemplateHash() string {
+	if x != nil {
+		return x.PoolTemplateHash
+	}
+	return ""
 }
 
 type ListNodesResponse struct {
@@ -1408,7 +1429,7 @@ const file_slurm_k8s_bridge_v1_bridge_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\".\n" +
 	"\x10ListNodesRequest\x12\x1a\n" +
-	"\bhostlist\x18\x01 \x01(\tR\bhostlist\"\xd3\x01\n" +
+	"\bhostlist\x18\x01 \x01(\tR\bhostlist\"\xa6\x02\n" +
 	"\n" +
 	"NodeStatus\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
@@ -1418,7 +1439,9 @@ const file_slurm_k8s_bridge_v1_bridge_proto_rawDesc = "" +
 	"\tpod_phase\x18\x04 \x01(\tR\bpodPhase\x12\x15\n" +
 	"\x06pod_ip\x18\x05 \x01(\tR\x05podIp\x12\x16\n" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x120\n" +
-	"\x05since\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"J\n" +
+	"\x05since\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12#\n" +
+	"\rtemplate_hash\x18\b \x01(\tR\ftemplateHash\x12,\n" +
+	"\x12pool_template_hash\x18\t \x01(\tR\x10poolTemplateHash\"J\n" +
 	"\x11ListNodesResponse\x125\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x1f.slurm_k8s_bridge.v1.NodeStatusR\x05nodes\"\xb3\x02\n" +
 	"\vPoolBreaker\x12\x12\n" +
