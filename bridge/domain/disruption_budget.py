@@ -5,8 +5,12 @@ the pod (a delete is no eviction) and the drain completes.
 
 The pods are bare pods, without a controller: for those the disruption controller computes only
 an integer ``minAvailable`` (``maxUnavailable`` and percentages need a controller's scale). With
-``minAvailable`` = the pool's size no healthy pod can ever be evicted; a pod that is not Ready
-(its slurmd not registered: no job runs there) may be, by ``unhealthyPodEvictionPolicy``.
+``minAvailable`` = the pool's size no pod can be evicted: ``IfHealthyBudget`` lets a pod that is
+not Ready go only while the budget is healthy, which it never is. Not ``AlwaysAllow``: a job can
+start on a node (job_ready starts it the second slurmd registers) before the reconciler has set
+the pod's ``registered`` condition, i.e. while the pod is still not Ready; seen live, a drain
+evicted such a pod and its job was requeued. A pod that never becomes Ready fails fast and the
+bridge deletes it anyway.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ def render_disruption_budget(pool: NodePool, settings: PodSettings) -> dict[str,
         "spec": {
             "minAvailable": len(pool.node_names),
             "selector": {"matchLabels": dict(labels)},
-            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+            "unhealthyPodEvictionPolicy": "IfHealthyBudget",
         },
     }
 

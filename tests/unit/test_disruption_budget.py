@@ -46,7 +46,7 @@ def budget(name: str, pool_name: str, min_available: int) -> dict[str, Any]:
         "spec": {
             "minAvailable": min_available,
             "selector": {"matchLabels": labels},
-            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+            "unhealthyPodEvictionPolicy": "IfHealthyBudget",
         },
     }
 
