@@ -122,3 +122,31 @@ def test_without_hashes_the_plan_is_the_same_as_before() -> None:
     assert plan(nodes, pods, POOLS, NOW, GUARDS) == plan(
         nodes, pods, POOLS, NOW, GUARDS, current_hashes={}
     )
+
+
+@pytest.mark.parametrize(
+    ("cordoned", "reason_starts"),
+    [
+        (frozenset({"k8s-node-a"}), "k8s: Cordoned: kubernetes node k8s-node-a"),
+        (frozenset(), ROLL),
+    ],
+    ids=["cordoned-host-wins", "rollout-alone"],
+)
+def test_a_cordoned_host_and_a_rollout_ask_once(
+    cordoned: frozenset[str], reason_starts: str
+) -> None:
+    """Both replace the pod through Slurm; one PowerDownAsap, the cordon's reason first (the
+    node must leave its host whatever the template)."""
+    busy = on(OLD, dataclasses.replace(pod("cpu-0"), host="k8s-node-a"))
+    found = plan(
+        [node("cpu-0", "ALLOCATED")],
+        [busy],
+        POOLS,
+        NOW,
+        GUARDS,
+        cordoned=cordoned,
+        current_hashes=CURRENT,
+    )
+    asked = [a for a in found if isinstance(a, PowerDownAsap)]
+    assert len(asked) == 1, found
+    assert asked[0].reason.startswith(reason_starts), asked
