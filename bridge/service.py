@@ -57,15 +57,12 @@ from bridge.errors import (
     TransientBackendError,
 )
 from bridge.metrics import BridgeMetrics
+from bridge.pod_state_writer import PodStateWriter
 from bridge.ports import CordonLister, PodLister, PodPort, SlurmPort
 from bridge.resume_dispatcher import ResumeDispatcher
 from bridge.settings import BridgeConfig
 
 log = logging.getLogger(__name__)
-
-#: See ``BridgeService.state_sent_memory_s``: far beyond a watch event's lag, well below the
-#: time a node spends in most states.
-STATE_SENT_MEMORY_S = 30.0
 
 
 def _error_class(error: BridgeError) -> ErrorClass:
@@ -121,14 +118,19 @@ class BridgeService:
             {pool.name: pool.circuit_breaker or default for pool in config.pools}
         )
         self._breaker_lock = threading.Lock()
-        #: Pod states patched, by node: (pod UID, state, registered, when), until the watch
-        #: shows them. A pass that a patch's own watch event pokes may read the cache before
-        #: that event arrives; without this it would patch (and record an Event) twice.
-        self._states_sent: dict[str, tuple[str, str, bool, float]] = {}
-        #: How long a sent state stands in for the watch's view of it.
-        self.state_sent_memory_s = STATE_SENT_MEMORY_S
+        #: Patches the pods' Slurm state, once per change although the watch lags behind.
+        self.pod_states = PodStateWriter(pods)
         #: Each pool's template hash now: pods of another one are rolled (issue 14).
         self.template_hashes = template_hashes(config)
+
+    @property
+    def state_sent_memory_s(self) -> float:
+        """How long a patched pod state stands in for the watch's view of it."""
+        return self.pod_states.memory_s
+
+    @state_sent_memory_s.setter
+    def state_sent_memory_s(self, seconds: float) -> None:
+        self.pod_states.memory_s = seconds
 
     def replace_pools(self, pools: PoolSet) -> dict[str, str]:
         """Take over a reloaded configuration's pools between two reconcile passes; returns the
@@ -616,7 +618,7 @@ class BridgeService:
             groups, _ = self.config.pools.group([a.node for a in creates])
             self._create(groups, {}, "reconcile")
         # Last: a record for kubectl, never in the way of what Slurm and its jobs wait for.
-        self._set_pod_states([a for a in actions if isinstance(a, SetPodSlurmState)])
+        self.pod_states.write([a for a in actions if isinstance(a, SetPodSlurmState)])
 
     def _not_in_flight(self, creates: Sequence[CreatePod]) -> list[CreatePod]:
         """Those of ``creates`` no accepted resume is creating now: a second create of each of a
@@ -660,42 +662,6 @@ class BridgeService:
                 log.info("reconcile: comment %s: %r", compress(nodes), text)
             except BridgeError as e:
                 log.warning("reconcile: comment of %s not set: %s", compress(nodes), e)
-
-    def _set_pod_states(self, actions: Sequence[SetPodSlurmState]) -> None:
-        """Patch each pod's state label and ``registered`` condition (only what changed), and
-        record a ``SlurmStateChanged`` Event per state transition."""
-        now = time.monotonic()
-        sent = self._states_sent
-        for node in [n for n, (*_, at) in sent.items() if now - at >= self.state_sent_memory_s]:
-            del sent[node]
-        actions = [a for a in actions if not self._state_sent(a)]
-        if not actions:
-            return
-        outcome = self.pods.set_slurm_states(actions)
-        failed = []
-        for action in actions:
-            result = outcome.get(action.node)
-            if isinstance(result, BridgeError):
-                failed.append(action.node)
-                continue
-            if result:
-                sent[action.node] = (action.uid, action.state, action.registered, now)
-            if result and action.label_changes and action.was_state:
-                # A pod's first label is no transition: its SlurmResume Event said as much.
-                self.pods.record_event(
-                    action.node, "SlurmStateChanged", f"{action.was_state} → {action.state}"
-                )
-        if failed:
-            log.warning(
-                "reconcile: Slurm state of pod(s) %s not shown (next pass retries): %s",
-                compress(failed),
-                outcome[failed[0]],
-            )
-
-    def _state_sent(self, action: SetPodSlurmState) -> bool:
-        """Whether this very state went to this very pod lately (the watch lags behind)."""
-        sent = self._states_sent.get(action.node)
-        return sent is not None and sent[:3] == (action.uid, action.state, action.registered)
 
     def _update(self, state: str, actions: Sequence[PowerDown | ResumeNode]) -> None:
         if not actions:
