@@ -18,13 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bridge.cordons import CordonedNodes
-from bridge.domain.circuit import (
-    BreakerChange,
-    BreakerPolicy,
-    CircuitBreakers,
-    PoolBreakerStatus,
-    is_fail_fast,
-)
+from bridge.domain.circuit import PoolBreakerStatus, is_fail_fast
 from bridge.domain.hostlist import compress, expand
 from bridge.domain.job_failure import FailedJob, nodes_to_release, plan_job_failure
 from bridge.domain.node_names import check_node_name
@@ -58,6 +52,7 @@ from bridge.errors import (
 )
 from bridge.metrics import BridgeMetrics
 from bridge.pod_state_writer import PodStateWriter
+from bridge.pool_breakers import PoolBreakers
 from bridge.ports import CordonLister, PodLister, PodPort, SlurmPort
 from bridge.resume_dispatcher import ResumeDispatcher
 from bridge.settings import BridgeConfig
@@ -111,17 +106,17 @@ class BridgeService:
         self._reconcile_lock = threading.Lock()
         #: Creates for the resumes answered before their pods exist (accept_resume).
         self.resumes = ResumeDispatcher()
-        default = config.bridge.circuit_breaker or BreakerPolicy()
-        #: Each pool's circuit breaker over fail-fasts; guarded by ``_breaker_lock`` (RPCs,
-        #: resume threads and the reconcile loop all record and consult it).
-        self.breakers = CircuitBreakers(
-            {pool.name: pool.circuit_breaker or default for pool in config.pools}
-        )
-        self._breaker_lock = threading.Lock()
+        #: Each pool's circuit breaker over fail-fasts.
+        self.pool_breakers = PoolBreakers(config, self._now)
         #: Patches the pods' Slurm state, once per change although the watch lags behind.
         self.pod_states = PodStateWriter(pods)
         #: Each pool's template hash now: pods of another one are rolled (issue 14).
         self.template_hashes = template_hashes(config)
+
+    def _now(self) -> datetime:
+        """``self.clock()``, looked up at each call: tests move the clock after construction,
+        and the collaborators given this see the move."""
+        return self.clock()
 
     @property
     def state_sent_memory_s(self) -> float:
@@ -137,11 +132,7 @@ class BridgeService:
         pools' template hashes now. Breakers keep what the pools still configured counted."""
         with self._reconcile_lock:
             config = dataclasses.replace(self.config, pools=pools)
-            default = config.bridge.circuit_breaker or BreakerPolicy()
-            with self._breaker_lock:
-                self.breakers = self.breakers.reconfigured(
-                    {pool.name: pool.circuit_breaker or default for pool in pools}
-                )
+            self.pool_breakers.reconfigure(config)
             self.template_hashes = template_hashes(config)
             # Last: RPCs read self.config without the lock, and see the old or the new one.
             self.config = config
@@ -291,49 +282,9 @@ class BridgeService:
 
     # -- circuit breaker -------------------------------------------------------------------------
 
-    def _log_breaker(self, change: BreakerChange) -> None:
-        if change.paused:
-            log.warning(
-                "pool %s paused until %s (no new pods): %s",
-                change.pool,
-                change.until.isoformat() if change.until else "?",
-                change.why,
-            )
-        else:
-            log.warning("pool %s resumed: %s", change.pool, change.why)
-
-    def _fail_fasts(self, nodes: Sequence[str], reason: str) -> None:
-        """Count a fail-fast per node of ``nodes`` (set DOWN with ``reason``) against its pool."""
-        if not is_fail_fast(reason):
-            return
-        groups, _ = self.config.pools.group(nodes)
-        with self._breaker_lock:
-            now = self.clock()
-            for pool, members in groups.items():
-                for _ in members:
-                    change = self.breakers.record_fail_fast(pool, reason, now)
-                    if change is not None:
-                        self._log_breaker(change)
-
-    def _expire_pauses(self, now: datetime) -> None:
-        """Log the pauses that ended by ``now`` (each once); the caller holds the lock."""
-        for change in self.breakers.expire(now):
-            self._log_breaker(change)
-
-    def _paused_pools(self, pools: Iterable[str]) -> dict[str, str]:
-        """Pool name → the PoolPaused reason, for those of ``pools`` whose breaker is open."""
-        with self._breaker_lock:
-            now = self.clock()
-            self._expire_pauses(now)
-            reasons = {pool: self.breakers.paused(pool, now) for pool in pools}
-        return {pool: reason for pool, reason in reasons.items() if reason is not None}
-
     def pool_status(self) -> list[PoolBreakerStatus]:
         """Every pool's circuit breaker (``pool list``)."""
-        with self._breaker_lock:
-            now = self.clock()
-            self._expire_pauses(now)
-            return self.breakers.status(now)
+        return self.pool_breakers.status()
 
     def resume_pool(self, pool: str, request_id: str) -> tuple[PoolBreakerStatus, bool]:
         """Close ``pool``'s breaker by hand (``pool resume``); its state afterwards, and whether
@@ -341,14 +292,11 @@ class BridgeService:
         if self.config.pools.by_name(pool) is None:
             names = ", ".join(p.name for p in self.config.pools)
             raise InvalidInput(f"pool: {pool!r} is not a configured pool (pools: {names})")
-        with self._breaker_lock:
-            now = self.clock()
-            change = self.breakers.resume(pool, now)
-            if change is not None:
-                self._log_breaker(change)
-            else:
-                log.info("request %s: pool %s was not paused", request_id, pool)
-            return self.breakers.status(now, [pool])[0], change is not None
+        return self.pool_breakers.resume(pool, request_id)
+
+    def _fail_fasts(self, nodes: Sequence[str], reason: str) -> None:
+        """Count a fail-fast per node of ``nodes`` (set DOWN with ``reason``) against its pool."""
+        self.pool_breakers.record_fail_fasts(self.config.pools, nodes, reason)
 
     def _validate_resume(
         self, hostlist: str, resume_file: str, request_id: str
@@ -415,7 +363,7 @@ class BridgeService:
     ) -> list[NodeResult]:
         """Render and create the pods of ``groups`` (pool name → nodes); one result per node."""
         results: list[NodeResult] = []
-        paused = self._paused_pools(groups)
+        paused = self.pool_breakers.paused_pools(groups)
         for pool_name, reason in paused.items():
             nodes = groups[pool_name]
             log.warning("request %s: not creating %s: %s", request_id, compress(nodes), reason)
@@ -550,8 +498,7 @@ class BridgeService:
             nodes, pods, events = self.observe()
             self.metrics.observe_state(nodes, pods, time.monotonic())
             now = self.clock()
-            with self._breaker_lock:
-                self._expire_pauses(now)  # a pause's end is logged within a pass
+            self.pool_breakers.expire_pauses(now)  # a pause's end is logged within a pass
             cordoned = self.cordons.read() if self.cordons is not None else frozenset()
             actions = plan(
                 nodes,
