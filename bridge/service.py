@@ -13,14 +13,13 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bridge.cordons import CordonedNodes
-from bridge.domain.circuit import PoolBreakerStatus, is_fail_fast
+from bridge.domain.circuit import PoolBreakerStatus
 from bridge.domain.hostlist import compress, expand
-from bridge.domain.job_failure import FailedJob, nodes_to_release, plan_job_failure
 from bridge.domain.node_names import check_node_name
 from bridge.domain.nodes import SlurmNode, our_reason
 from bridge.domain.pod_rendering import pool_template_hash, render_pods
@@ -50,6 +49,7 @@ from bridge.errors import (
     NoCapacity,
     TransientBackendError,
 )
+from bridge.failing_jobs import JobAwareFailure
 from bridge.metrics import BridgeMetrics
 from bridge.pod_state_writer import PodStateWriter
 from bridge.pool_breakers import PoolBreakers
@@ -106,6 +106,8 @@ class BridgeService:
         self._reconcile_lock = threading.Lock()
         #: Creates for the resumes answered before their pods exist (accept_resume).
         self.resumes = ResumeDispatcher()
+        #: Sets failed nodes DOWN, and for a fail-fast comments and releases their jobs.
+        self.failures = JobAwareFailure(slurm, self.metrics)
         #: Each pool's circuit breaker over fail-fasts.
         self.pool_breakers = PoolBreakers(config, self._now)
         #: Patches the pods' Slurm state, once per change although the watch lags behind.
@@ -171,114 +173,6 @@ class BridgeService:
                 "; ".join(r.message for r in rejected[:5]),
             )
         return names, groups, rejected
-
-    def _cloud_nodes(self, nodes: Sequence[str]) -> list[str]:
-        """Those of ``nodes`` Slurm lists as CLOUD (one read; only failure paths pay for it)."""
-        if not nodes:
-            return []
-        try:
-            cloud = {n.name for n in self.slurm.list_nodes() if n.is_cloud}
-        except BridgeError as e:
-            # Unsure what they are: leave Slurm alone; the reconciler tries again next pass.
-            log.warning("not setting %s DOWN: cannot read Slurm: %s", compress(nodes), e)
-            return []
-        others = [n for n in nodes if n not in cloud]
-        if others:
-            log.warning("not setting %s DOWN: Slurm does not list it as CLOUD", compress(others))
-        return [n for n in nodes if n in cloud]
-
-    def _mark_down(self, nodes: Sequence[str], reason: str) -> bool:
-        """Set ``nodes`` DOWN with ``reason``; whether Slurm took it."""
-        if not nodes:
-            return False
-        try:
-            self.slurm.update_nodes(nodes, state="down", reason=reason)
-            log.warning("set DOWN %s: %s", compress(nodes), reason)
-            self.metrics.fail_fast(reason, len(nodes))
-        except BridgeError as e:
-            log.error("could not set DOWN %s (%s): %s", compress(nodes), reason, e)
-            return False
-        return True
-
-    # -- job-aware failure -----------------------------------------------------------------------
-
-    def _mark_down_failing_jobs(
-        self, nodes: Sequence[str], reason: str, failing: Collection[str] = ()
-    ) -> bool:
-        """:meth:`_mark_down`, and for a fail-fast the jobs on ``nodes`` too: the reason in
-        their AdminComment first, then (once Slurm took the DOWN and requeued them) their other
-        nodes still powering up released, so they do not hold capacity until ResumeTimeout.
-        ``failing``: nodes the same pass sets DOWN for another reason (never released)."""
-        if not nodes or not is_fail_fast(reason):
-            return self._mark_down(nodes, reason)
-        failed_jobs = self._failing_jobs(nodes, reason)
-        commented = self._set_admin_comments(failed_jobs, reason)
-        if not self._mark_down(nodes, reason):
-            return False
-        released = self._release(
-            [n for n in nodes_to_release(failed_jobs) if n not in failing], reason
-        )
-        for job in failed_jobs:
-            log.warning(
-                "job %s: node(s) %s failed (%s); released %s; AdminComment %s",
-                job.job_id,
-                compress(job.failed),
-                reason,
-                compress(n for n in job.release if n in released) or "-",
-                "set" if job.job_id in commented else "not set",
-            )
-        return True
-
-    def _failing_jobs(self, nodes: Sequence[str], reason: str) -> list[FailedJob]:
-        """The jobs on ``nodes`` and what to do about them; none when Slurm cannot say (the
-        DOWN still goes ahead: it alone requeues the jobs)."""
-        try:
-            snapshot = self.slurm.list_nodes()
-            # The nodes a job could release are powering up: read their jobs too, so that a
-            # node another job holds is never released.
-            starting = [
-                n.name
-                for n in snapshot
-                if n.is_cloud and n.is_powering_up and self.config.pools.owns(n.name)
-            ]
-            jobs = self.slurm.jobs_on_nodes(list(dict.fromkeys([*nodes, *starting])))
-            # Inside the try: a job's hostlist Slurm printed may still be one we cannot expand.
-            return plan_job_failure(nodes, jobs, snapshot, self.config.pools.owns)
-        except BridgeError as e:
-            log.warning(
-                "jobs on %s not read (%s); setting DOWN without them: %s",
-                compress(nodes),
-                reason,
-                e,
-            )
-            return []
-
-    def _set_admin_comments(self, failed_jobs: Sequence[FailedJob], reason: str) -> set[int]:
-        """Put ``reason`` in each job's AdminComment where it is ours to write; the jobs set."""
-        done = set()
-        for job in failed_jobs:
-            if not job.set_comment:
-                log.info("job %s: AdminComment is an admin's; not replaced", job.job_id)
-                continue
-            try:
-                self.slurm.set_job_admin_comment(job.job_id, reason)
-            except BridgeError as e:
-                log.warning("job %s: AdminComment not set: %s", job.job_id, e)
-            else:
-                done.add(job.job_id)
-        return done
-
-    def _release(self, nodes: Sequence[str], reason: str) -> set[str]:
-        """``power_down_force`` the nodes of failed jobs that never registered: Slurm clears
-        POWERING_UP and suspends them at once, and the suspend deletes their pods."""
-        if not nodes:
-            return set()
-        try:
-            self.slurm.update_nodes(nodes, state="power_down_force")
-        except BridgeError as e:
-            log.warning("not released %s (%s): %s", compress(nodes), reason, e)
-            return set()
-        return set(nodes)
 
     # -- circuit breaker -------------------------------------------------------------------------
 
@@ -370,7 +264,7 @@ class BridgeService:
             results += [
                 NodeResult(n, Outcome.FAILED, ErrorClass.NO_CAPACITY, reason) for n in nodes
             ]
-            self._mark_down(self._cloud_nodes(nodes), reason)
+            self.failures.mark_down(self.failures.cloud_nodes(nodes), reason)
         groups = {pool: nodes for pool, nodes in groups.items() if pool not in paused}
         settings = self.config.pod_settings()
         manifests: list[dict[str, Any]] = []
@@ -405,8 +299,8 @@ class BridgeService:
         # Kubernetes said no for good: fail fast so Slurm requeues instead of waiting.
         every_failed = [n for nodes in failed.values() for n in nodes]
         for reason, nodes in failed.items():
-            down = self._cloud_nodes(nodes)
-            if self._mark_down_failing_jobs(down, reason, every_failed):
+            down = self.failures.cloud_nodes(nodes)
+            if self.failures.mark_down_failing_jobs(self.config.pools, down, reason, every_failed):
                 self._fail_fasts(down, reason)
         return results
 
@@ -528,7 +422,7 @@ class BridgeService:
                 down_by_reason[action.reason].append(action.node)
         every_down = [n for nodes in down_by_reason.values() for n in nodes]
         for reason, nodes in down_by_reason.items():
-            if self._mark_down_failing_jobs(nodes, reason, every_down):
+            if self.failures.mark_down_failing_jobs(self.config.pools, nodes, reason, every_down):
                 self._fail_fasts(nodes, reason)
             for node in nodes:
                 self.pods.record_event(
