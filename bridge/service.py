@@ -21,6 +21,7 @@ from bridge.cordons import CordonedNodes
 from bridge.domain.circuit import PoolBreakerStatus
 from bridge.domain.hostlist import compress, expand
 from bridge.domain.node_names import check_node_name
+from bridge.domain.node_status import node_statuses
 from bridge.domain.nodes import SlurmNode, our_reason
 from bridge.domain.pod_rendering import pool_template_hash, render_pods
 from bridge.domain.pods import UNSCHEDULABLE, PodView
@@ -479,28 +480,9 @@ class BridgeService:
         """Slurm's state and the pod side by side, for every pool node (or the hostlist's)."""
         wanted = set(expand(hostlist)) if hostlist.strip() else set(self.config.pools.all_nodes())
         pods, _ = self.pod_views.list_pods()
-        by_pod = {p.node: p for p in pods}
-        nodes = {n.name: n for n in self.slurm.list_nodes()}
-        rows = []
-        for name in sorted(wanted, key=_natural):
-            node, pod = nodes.get(name), by_pod.get(name)
-            if node is None and pod is None and not self.config.pools.owns(name):
-                continue
-            pool = self.config.pools.pool_for(name)
-            rows.append(
-                NodeStatus(
-                    node=name,
-                    pool=pool.name if pool else "",
-                    slurm_state=node.display_state if node else "",
-                    pod_phase=("Terminating" if pod.deleting else pod.phase) if pod else "",
-                    pod_ip=pod.ip if pod else "",
-                    reason=node.reason if node else "",
-                    since=pod.created_at if pod else None,
-                    template_hash=pod.template_hash if pod else "",
-                    pool_template_hash=self.template_hashes.get(pool.name, "") if pool else "",
-                )
-            )
-        return rows
+        return node_statuses(
+            wanted, self.slurm.list_nodes(), pods, self.config.pools, self.template_hashes
+        )
 
 
 def template_hashes(config: BridgeConfig) -> dict[str, str]:
@@ -513,9 +495,3 @@ def in_order(names: Sequence[str], results: Iterable[NodeResult]) -> list[NodeRe
     """``results`` in the order of ``names`` (the hostlist's), as the proto promises."""
     by_node = {r.node: r for r in results}
     return [by_node[n] for n in names if n in by_node]
-
-
-def _natural(name: str) -> tuple[str, int, str]:
-    head = name.rstrip("0123456789")
-    digits = name[len(head) :]
-    return (head, int(digits) if digits else -1, name)
