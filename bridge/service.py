@@ -20,7 +20,7 @@ from typing import Any
 from bridge.cordons import CordonedNodes
 from bridge.domain.circuit import PoolBreakerStatus
 from bridge.domain.hostlist import compress, expand
-from bridge.domain.node_names import check_node_name
+from bridge.domain.node_names import split_hostlist
 from bridge.domain.node_status import node_statuses
 from bridge.domain.nodes import SlurmNode, our_reason
 from bridge.domain.pod_rendering import pool_template_hash, render_pods
@@ -142,29 +142,11 @@ class BridgeService:
     # -- hooks -----------------------------------------------------------------------------------
 
     def _split(self, hostlist: str) -> tuple[list[str], dict[str, list[str]], list[NodeResult]]:
-        """The hostlist's distinct names in order, the usable ones grouped by pool, and one
-        rejection per other name. Rejected names never reach Slurm or Kubernetes: a name no pool
-        owns may be a static node with running jobs."""
-        names = list(dict.fromkeys(expand(hostlist)))
-        rejected, usable = [], []
-        for node in names:
-            try:
-                check_node_name(node)
-            except InvalidInput as e:
-                rejected.append(NodeResult(node, Outcome.REJECTED, ErrorClass.INVALID, str(e)))
-            else:
-                usable.append(node)
-        groups, unknown = self.config.pools.group(usable)
-        source = self.config.source or "config"
-        rejected += [
-            NodeResult(
-                node,
-                Outcome.REJECTED,
-                ErrorClass.UNKNOWN_NODE,
-                f"node {node} is in no pool of the bridge ({source}); Slurm left alone",
-            )
-            for node in unknown
-        ]
+        """:func:`split_hostlist` with this configuration's pools, and a warning naming the
+        rejected names."""
+        names, groups, rejected = split_hostlist(
+            hostlist, self.config.pools, self.config.source or "config"
+        )
         if rejected:
             log.warning(
                 "rejected %d node(s), Slurm left alone: %s",
