@@ -4,6 +4,10 @@ The service holds no state of its own beyond a lock, the nodes whose pods an acc
 is creating right now, and the pod states it patched lately (until the watch shows them): Slurm
 (node power flags, reasons) and Kubernetes (labelled pods) are the truth, so a restarted bridge
 picks up where it left off.
+
+The use cases read here in one sitting; their parts live with collaborators the service holds:
+:mod:`bridge.failing_jobs` (nodes set DOWN, and their jobs), :mod:`bridge.pool_breakers`,
+:mod:`bridge.slurm_plan_writer` and :mod:`bridge.pod_state_writer` (a plan's other writes).
 """
 
 from __future__ import annotations
