@@ -4,6 +4,10 @@ The service holds no state of its own beyond a lock, the nodes whose pods an acc
 is creating right now, and the pod states it patched lately (until the watch shows them): Slurm
 (node power flags, reasons) and Kubernetes (labelled pods) are the truth, so a restarted bridge
 picks up where it left off.
+
+The use cases read here in one sitting; their parts live with collaborators the service holds:
+:mod:`bridge.failing_jobs` (nodes set DOWN, and their jobs), :mod:`bridge.pool_breakers`,
+:mod:`bridge.slurm_plan_writer` and :mod:`bridge.pod_state_writer` (a plan's other writes).
 """
 
 from __future__ import annotations
@@ -13,21 +17,15 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bridge.cordons import CordonedNodes
-from bridge.domain.circuit import (
-    BreakerChange,
-    BreakerPolicy,
-    CircuitBreakers,
-    PoolBreakerStatus,
-    is_fail_fast,
-)
+from bridge.domain.circuit import PoolBreakerStatus
 from bridge.domain.hostlist import compress, expand
-from bridge.domain.job_failure import FailedJob, nodes_to_release, plan_job_failure
-from bridge.domain.node_names import check_node_name
+from bridge.domain.node_names import split_hostlist
+from bridge.domain.node_status import node_statuses
 from bridge.domain.nodes import SlurmNode, our_reason
 from bridge.domain.pod_rendering import pool_template_hash, render_pods
 from bridge.domain.pods import UNSCHEDULABLE, PodView
@@ -39,11 +37,6 @@ from bridge.domain.reconcile import (
     ForceDeletePod,
     Guards,
     MarkDown,
-    PowerDown,
-    PowerDownAsap,
-    ResumeNode,
-    SetAddress,
-    SetComment,
     SetPodSlurmState,
     plan,
 )
@@ -56,16 +49,16 @@ from bridge.errors import (
     NoCapacity,
     TransientBackendError,
 )
+from bridge.failing_jobs import JobAwareFailure
 from bridge.metrics import BridgeMetrics
+from bridge.pod_state_writer import PodStateWriter
+from bridge.pool_breakers import PoolBreakers
 from bridge.ports import CordonLister, PodLister, PodPort, SlurmPort
 from bridge.resume_dispatcher import ResumeDispatcher
 from bridge.settings import BridgeConfig
+from bridge.slurm_plan_writer import SlurmPlanWriter
 
 log = logging.getLogger(__name__)
-
-#: See ``BridgeService.state_sent_memory_s``: far beyond a watch event's lag, well below the
-#: time a node spends in most states.
-STATE_SENT_MEMORY_S = 30.0
 
 
 def _error_class(error: BridgeError) -> ErrorClass:
@@ -114,32 +107,37 @@ class BridgeService:
         self._reconcile_lock = threading.Lock()
         #: Creates for the resumes answered before their pods exist (accept_resume).
         self.resumes = ResumeDispatcher()
-        default = config.bridge.circuit_breaker or BreakerPolicy()
-        #: Each pool's circuit breaker over fail-fasts; guarded by ``_breaker_lock`` (RPCs,
-        #: resume threads and the reconcile loop all record and consult it).
-        self.breakers = CircuitBreakers(
-            {pool.name: pool.circuit_breaker or default for pool in config.pools}
-        )
-        self._breaker_lock = threading.Lock()
-        #: Pod states patched, by node: (pod UID, state, registered, when), until the watch
-        #: shows them. A pass that a patch's own watch event pokes may read the cache before
-        #: that event arrives; without this it would patch (and record an Event) twice.
-        self._states_sent: dict[str, tuple[str, str, bool, float]] = {}
-        #: How long a sent state stands in for the watch's view of it.
-        self.state_sent_memory_s = STATE_SENT_MEMORY_S
+        #: Sets failed nodes DOWN, and for a fail-fast comments and releases their jobs.
+        self.failures = JobAwareFailure(slurm, self.metrics)
+        #: Each pool's circuit breaker over fail-fasts.
+        self.pool_breakers = PoolBreakers(config, self._now)
+        #: Carries out a plan's NodeAddr, comment and power actions.
+        self.slurm_writes = SlurmPlanWriter(slurm)
+        #: Patches the pods' Slurm state, once per change although the watch lags behind.
+        self.pod_states = PodStateWriter(pods)
         #: Each pool's template hash now: pods of another one are rolled (issue 14).
         self.template_hashes = template_hashes(config)
+
+    def _now(self) -> datetime:
+        """``self.clock()``, looked up at each call: tests move the clock after construction,
+        and the collaborators given this see the move."""
+        return self.clock()
+
+    @property
+    def state_sent_memory_s(self) -> float:
+        """How long a patched pod state stands in for the watch's view of it."""
+        return self.pod_states.memory_s
+
+    @state_sent_memory_s.setter
+    def state_sent_memory_s(self, seconds: float) -> None:
+        self.pod_states.memory_s = seconds
 
     def replace_pools(self, pools: PoolSet) -> dict[str, str]:
         """Take over a reloaded configuration's pools between two reconcile passes; returns the
         pools' template hashes now. Breakers keep what the pools still configured counted."""
         with self._reconcile_lock:
             config = dataclasses.replace(self.config, pools=pools)
-            default = config.bridge.circuit_breaker or BreakerPolicy()
-            with self._breaker_lock:
-                self.breakers = self.breakers.reconfigured(
-                    {pool.name: pool.circuit_breaker or default for pool in pools}
-                )
+            self.pool_breakers.reconfigure(config)
             self.template_hashes = template_hashes(config)
             # Last: RPCs read self.config without the lock, and see the old or the new one.
             self.config = config
@@ -148,29 +146,11 @@ class BridgeService:
     # -- hooks -----------------------------------------------------------------------------------
 
     def _split(self, hostlist: str) -> tuple[list[str], dict[str, list[str]], list[NodeResult]]:
-        """The hostlist's distinct names in order, the usable ones grouped by pool, and one
-        rejection per other name. Rejected names never reach Slurm or Kubernetes: a name no pool
-        owns may be a static node with running jobs."""
-        names = list(dict.fromkeys(expand(hostlist)))
-        rejected, usable = [], []
-        for node in names:
-            try:
-                check_node_name(node)
-            except InvalidInput as e:
-                rejected.append(NodeResult(node, Outcome.REJECTED, ErrorClass.INVALID, str(e)))
-            else:
-                usable.append(node)
-        groups, unknown = self.config.pools.group(usable)
-        source = self.config.source or "config"
-        rejected += [
-            NodeResult(
-                node,
-                Outcome.REJECTED,
-                ErrorClass.UNKNOWN_NODE,
-                f"node {node} is in no pool of the bridge ({source}); Slurm left alone",
-            )
-            for node in unknown
-        ]
+        """:func:`split_hostlist` with this configuration's pools, and a warning naming the
+        rejected names."""
+        names, groups, rejected = split_hostlist(
+            hostlist, self.config.pools, self.config.source or "config"
+        )
         if rejected:
             log.warning(
                 "rejected %d node(s), Slurm left alone: %s",
@@ -179,159 +159,11 @@ class BridgeService:
             )
         return names, groups, rejected
 
-    def _cloud_nodes(self, nodes: Sequence[str]) -> list[str]:
-        """Those of ``nodes`` Slurm lists as CLOUD (one read; only failure paths pay for it)."""
-        if not nodes:
-            return []
-        try:
-            cloud = {n.name for n in self.slurm.list_nodes() if n.is_cloud}
-        except BridgeError as e:
-            # Unsure what they are: leave Slurm alone; the reconciler tries again next pass.
-            log.warning("not setting %s DOWN: cannot read Slurm: %s", compress(nodes), e)
-            return []
-        others = [n for n in nodes if n not in cloud]
-        if others:
-            log.warning("not setting %s DOWN: Slurm does not list it as CLOUD", compress(others))
-        return [n for n in nodes if n in cloud]
-
-    def _mark_down(self, nodes: Sequence[str], reason: str) -> bool:
-        """Set ``nodes`` DOWN with ``reason``; whether Slurm took it."""
-        if not nodes:
-            return False
-        try:
-            self.slurm.update_nodes(nodes, state="down", reason=reason)
-            log.warning("set DOWN %s: %s", compress(nodes), reason)
-            self.metrics.fail_fast(reason, len(nodes))
-        except BridgeError as e:
-            log.error("could not set DOWN %s (%s): %s", compress(nodes), reason, e)
-            return False
-        return True
-
-    # -- job-aware failure -----------------------------------------------------------------------
-
-    def _mark_down_failing_jobs(
-        self, nodes: Sequence[str], reason: str, failing: Collection[str] = ()
-    ) -> bool:
-        """:meth:`_mark_down`, and for a fail-fast the jobs on ``nodes`` too: the reason in
-        their AdminComment first, then (once Slurm took the DOWN and requeued them) their other
-        nodes still powering up released, so they do not hold capacity until ResumeTimeout.
-        ``failing``: nodes the same pass sets DOWN for another reason (never released)."""
-        if not nodes or not is_fail_fast(reason):
-            return self._mark_down(nodes, reason)
-        failed_jobs = self._failing_jobs(nodes, reason)
-        commented = self._set_admin_comments(failed_jobs, reason)
-        if not self._mark_down(nodes, reason):
-            return False
-        released = self._release(
-            [n for n in nodes_to_release(failed_jobs) if n not in failing], reason
-        )
-        for job in failed_jobs:
-            log.warning(
-                "job %s: node(s) %s failed (%s); released %s; AdminComment %s",
-                job.job_id,
-                compress(job.failed),
-                reason,
-                compress(n for n in job.release if n in released) or "-",
-                "set" if job.job_id in commented else "not set",
-            )
-        return True
-
-    def _failing_jobs(self, nodes: Sequence[str], reason: str) -> list[FailedJob]:
-        """The jobs on ``nodes`` and what to do about them; none when Slurm cannot say (the
-        DOWN still goes ahead: it alone requeues the jobs)."""
-        try:
-            snapshot = self.slurm.list_nodes()
-            # The nodes a job could release are powering up: read their jobs too, so that a
-            # node another job holds is never released.
-            starting = [
-                n.name
-                for n in snapshot
-                if n.is_cloud and n.is_powering_up and self.config.pools.owns(n.name)
-            ]
-            jobs = self.slurm.jobs_on_nodes(list(dict.fromkeys([*nodes, *starting])))
-            # Inside the try: a job's hostlist Slurm printed may still be one we cannot expand.
-            return plan_job_failure(nodes, jobs, snapshot, self.config.pools.owns)
-        except BridgeError as e:
-            log.warning(
-                "jobs on %s not read (%s); setting DOWN without them: %s",
-                compress(nodes),
-                reason,
-                e,
-            )
-            return []
-
-    def _set_admin_comments(self, failed_jobs: Sequence[FailedJob], reason: str) -> set[int]:
-        """Put ``reason`` in each job's AdminComment where it is ours to write; the jobs set."""
-        done = set()
-        for job in failed_jobs:
-            if not job.set_comment:
-                log.info("job %s: AdminComment is an admin's; not replaced", job.job_id)
-                continue
-            try:
-                self.slurm.set_job_admin_comment(job.job_id, reason)
-            except BridgeError as e:
-                log.warning("job %s: AdminComment not set: %s", job.job_id, e)
-            else:
-                done.add(job.job_id)
-        return done
-
-    def _release(self, nodes: Sequence[str], reason: str) -> set[str]:
-        """``power_down_force`` the nodes of failed jobs that never registered: Slurm clears
-        POWERING_UP and suspends them at once, and the suspend deletes their pods."""
-        if not nodes:
-            return set()
-        try:
-            self.slurm.update_nodes(nodes, state="power_down_force")
-        except BridgeError as e:
-            log.warning("not released %s (%s): %s", compress(nodes), reason, e)
-            return set()
-        return set(nodes)
-
     # -- circuit breaker -------------------------------------------------------------------------
-
-    def _log_breaker(self, change: BreakerChange) -> None:
-        if change.paused:
-            log.warning(
-                "pool %s paused until %s (no new pods): %s",
-                change.pool,
-                change.until.isoformat() if change.until else "?",
-                change.why,
-            )
-        else:
-            log.warning("pool %s resumed: %s", change.pool, change.why)
-
-    def _fail_fasts(self, nodes: Sequence[str], reason: str) -> None:
-        """Count a fail-fast per node of ``nodes`` (set DOWN with ``reason``) against its pool."""
-        if not is_fail_fast(reason):
-            return
-        groups, _ = self.config.pools.group(nodes)
-        with self._breaker_lock:
-            now = self.clock()
-            for pool, members in groups.items():
-                for _ in members:
-                    change = self.breakers.record_fail_fast(pool, reason, now)
-                    if change is not None:
-                        self._log_breaker(change)
-
-    def _expire_pauses(self, now: datetime) -> None:
-        """Log the pauses that ended by ``now`` (each once); the caller holds the lock."""
-        for change in self.breakers.expire(now):
-            self._log_breaker(change)
-
-    def _paused_pools(self, pools: Iterable[str]) -> dict[str, str]:
-        """Pool name → the PoolPaused reason, for those of ``pools`` whose breaker is open."""
-        with self._breaker_lock:
-            now = self.clock()
-            self._expire_pauses(now)
-            reasons = {pool: self.breakers.paused(pool, now) for pool in pools}
-        return {pool: reason for pool, reason in reasons.items() if reason is not None}
 
     def pool_status(self) -> list[PoolBreakerStatus]:
         """Every pool's circuit breaker (``pool list``)."""
-        with self._breaker_lock:
-            now = self.clock()
-            self._expire_pauses(now)
-            return self.breakers.status(now)
+        return self.pool_breakers.status()
 
     def resume_pool(self, pool: str, request_id: str) -> tuple[PoolBreakerStatus, bool]:
         """Close ``pool``'s breaker by hand (``pool resume``); its state afterwards, and whether
@@ -339,14 +171,11 @@ class BridgeService:
         if self.config.pools.by_name(pool) is None:
             names = ", ".join(p.name for p in self.config.pools)
             raise InvalidInput(f"pool: {pool!r} is not a configured pool (pools: {names})")
-        with self._breaker_lock:
-            now = self.clock()
-            change = self.breakers.resume(pool, now)
-            if change is not None:
-                self._log_breaker(change)
-            else:
-                log.info("request %s: pool %s was not paused", request_id, pool)
-            return self.breakers.status(now, [pool])[0], change is not None
+        return self.pool_breakers.resume(pool, request_id)
+
+    def _fail_fasts(self, nodes: Sequence[str], reason: str) -> None:
+        """Count a fail-fast per node of ``nodes`` (set DOWN with ``reason``) against its pool."""
+        self.pool_breakers.record_fail_fasts(self.config.pools, nodes, reason)
 
     def _validate_resume(
         self, hostlist: str, resume_file: str, request_id: str
@@ -413,14 +242,14 @@ class BridgeService:
     ) -> list[NodeResult]:
         """Render and create the pods of ``groups`` (pool name → nodes); one result per node."""
         results: list[NodeResult] = []
-        paused = self._paused_pools(groups)
+        paused = self.pool_breakers.paused_pools(groups)
         for pool_name, reason in paused.items():
             nodes = groups[pool_name]
             log.warning("request %s: not creating %s: %s", request_id, compress(nodes), reason)
             results += [
                 NodeResult(n, Outcome.FAILED, ErrorClass.NO_CAPACITY, reason) for n in nodes
             ]
-            self._mark_down(self._cloud_nodes(nodes), reason)
+            self.failures.mark_down(self.failures.cloud_nodes(nodes), reason)
         groups = {pool: nodes for pool, nodes in groups.items() if pool not in paused}
         settings = self.config.pod_settings()
         manifests: list[dict[str, Any]] = []
@@ -455,8 +284,8 @@ class BridgeService:
         # Kubernetes said no for good: fail fast so Slurm requeues instead of waiting.
         every_failed = [n for nodes in failed.values() for n in nodes]
         for reason, nodes in failed.items():
-            down = self._cloud_nodes(nodes)
-            if self._mark_down_failing_jobs(down, reason, every_failed):
+            down = self.failures.cloud_nodes(nodes)
+            if self.failures.mark_down_failing_jobs(self.config.pools, down, reason, every_failed):
                 self._fail_fasts(down, reason)
         return results
 
@@ -548,8 +377,7 @@ class BridgeService:
             nodes, pods, events = self.observe()
             self.metrics.observe_state(nodes, pods, time.monotonic())
             now = self.clock()
-            with self._breaker_lock:
-                self._expire_pauses(now)  # a pause's end is logged within a pass
+            self.pool_breakers.expire_pauses(now)  # a pause's end is logged within a pass
             cordoned = self.cordons.read() if self.cordons is not None else frozenset()
             actions = plan(
                 nodes,
@@ -579,7 +407,7 @@ class BridgeService:
                 down_by_reason[action.reason].append(action.node)
         every_down = [n for nodes in down_by_reason.values() for n in nodes]
         for reason, nodes in down_by_reason.items():
-            if self._mark_down_failing_jobs(nodes, reason, every_down):
+            if self.failures.mark_down_failing_jobs(self.config.pools, nodes, reason, every_down):
                 self._fail_fasts(nodes, reason)
             for node in nodes:
                 self.pods.record_event(
@@ -603,11 +431,7 @@ class BridgeService:
                 uids={a.node: a.uid for a in forced},
                 grace_period_s=0,
             )
-        self._set_addresses([a for a in actions if isinstance(a, SetAddress)])
-        self._set_comments([a for a in actions if isinstance(a, SetComment)])
-        self._update("power_down_force", [a for a in actions if isinstance(a, PowerDown)])
-        self._power_down_asap([a for a in actions if isinstance(a, PowerDownAsap)])
-        self._update("resume", [a for a in actions if isinstance(a, ResumeNode)])
+        self.slurm_writes.write(actions)
         creates = self._not_in_flight([a for a in actions if isinstance(a, CreatePod)])
         if creates:
             for action in creates:
@@ -616,7 +440,7 @@ class BridgeService:
             groups, _ = self.config.pools.group([a.node for a in creates])
             self._create(groups, {}, "reconcile")
         # Last: a record for kubectl, never in the way of what Slurm and its jobs wait for.
-        self._set_pod_states([a for a in actions if isinstance(a, SetPodSlurmState)])
+        self.pod_states.write([a for a in actions if isinstance(a, SetPodSlurmState)])
 
     def _not_in_flight(self, creates: Sequence[CreatePod]) -> list[CreatePod]:
         """Those of ``creates`` no accepted resume is creating now: a second create of each of a
@@ -636,119 +460,15 @@ class BridgeService:
             log.warning("reconcile: cannot re-check the pod of %s (%s); not failing it", node, e)
             return True
 
-    def _set_addresses(self, actions: Sequence[SetAddress]) -> None:
-        if not actions:
-            return
-        try:
-            self.slurm.set_node_addresses({a.node: a.address for a in actions})
-            for action in actions:
-                log.info("reconcile: NodeAddr %s=%s: %s", action.node, action.address, action.why)
-        except BridgeError as e:
-            log.warning(
-                "reconcile: NodeAddr of %s not set (next pass retries): %s",
-                compress(a.node for a in actions),
-                e,
-            )
-
-    def _set_comments(self, actions: Sequence[SetComment]) -> None:
-        by_text: dict[str, list[str]] = defaultdict(list)
-        for action in actions:
-            by_text[action.text].append(action.node)
-        for text, nodes in by_text.items():
-            try:
-                self.slurm.set_node_comment(nodes, text)
-                log.info("reconcile: comment %s: %r", compress(nodes), text)
-            except BridgeError as e:
-                log.warning("reconcile: comment of %s not set: %s", compress(nodes), e)
-
-    def _set_pod_states(self, actions: Sequence[SetPodSlurmState]) -> None:
-        """Patch each pod's state label and ``registered`` condition (only what changed), and
-        record a ``SlurmStateChanged`` Event per state transition."""
-        now = time.monotonic()
-        sent = self._states_sent
-        for node in [n for n, (*_, at) in sent.items() if now - at >= self.state_sent_memory_s]:
-            del sent[node]
-        actions = [a for a in actions if not self._state_sent(a)]
-        if not actions:
-            return
-        outcome = self.pods.set_slurm_states(actions)
-        failed = []
-        for action in actions:
-            result = outcome.get(action.node)
-            if isinstance(result, BridgeError):
-                failed.append(action.node)
-                continue
-            if result:
-                sent[action.node] = (action.uid, action.state, action.registered, now)
-            if result and action.label_changes and action.was_state:
-                # A pod's first label is no transition: its SlurmResume Event said as much.
-                self.pods.record_event(
-                    action.node, "SlurmStateChanged", f"{action.was_state} → {action.state}"
-                )
-        if failed:
-            log.warning(
-                "reconcile: Slurm state of pod(s) %s not shown (next pass retries): %s",
-                compress(failed),
-                outcome[failed[0]],
-            )
-
-    def _state_sent(self, action: SetPodSlurmState) -> bool:
-        """Whether this very state went to this very pod lately (the watch lags behind)."""
-        sent = self._states_sent.get(action.node)
-        return sent is not None and sent[:3] == (action.uid, action.state, action.registered)
-
-    def _update(self, state: str, actions: Sequence[PowerDown | ResumeNode]) -> None:
-        if not actions:
-            return
-        nodes = [a.node for a in actions]
-        try:
-            self.slurm.update_nodes(nodes, state=state)
-            log.info("reconcile: %s %s: %s", state, compress(nodes), actions[0].why)
-        except BridgeError as e:
-            # A node may have moved on since we looked (e.g. already powered down): next pass.
-            log.warning("reconcile: %s %s failed: %s", state, compress(nodes), e)
-
-    def _power_down_asap(self, actions: Sequence[PowerDownAsap]) -> None:
-        """Drain the nodes with our reason, to be powered down once their jobs end."""
-        by_reason: dict[str, list[str]] = defaultdict(list)
-        for action in actions:
-            by_reason[action.reason].append(action.node)
-        for reason, nodes in by_reason.items():
-            try:
-                self.slurm.update_nodes(nodes, state="power_down_asap", reason=reason)
-                log.info("reconcile: power_down_asap %s: %s", compress(nodes), reason)
-            except BridgeError as e:
-                # The node may have moved on since we looked: the next pass plans it again.
-                log.warning("reconcile: power_down_asap %s failed: %s", compress(nodes), e)
-
     # -- status ----------------------------------------------------------------------------------
 
     def list_nodes(self, hostlist: str) -> list[NodeStatus]:
         """Slurm's state and the pod side by side, for every pool node (or the hostlist's)."""
         wanted = set(expand(hostlist)) if hostlist.strip() else set(self.config.pools.all_nodes())
         pods, _ = self.pod_views.list_pods()
-        by_pod = {p.node: p for p in pods}
-        nodes = {n.name: n for n in self.slurm.list_nodes()}
-        rows = []
-        for name in sorted(wanted, key=_natural):
-            node, pod = nodes.get(name), by_pod.get(name)
-            if node is None and pod is None and not self.config.pools.owns(name):
-                continue
-            pool = self.config.pools.pool_for(name)
-            rows.append(
-                NodeStatus(
-                    node=name,
-                    pool=pool.name if pool else "",
-                    slurm_state=node.display_state if node else "",
-                    pod_phase=("Terminating" if pod.deleting else pod.phase) if pod else "",
-                    pod_ip=pod.ip if pod else "",
-                    reason=node.reason if node else "",
-                    since=pod.created_at if pod else None,
-                    template_hash=pod.template_hash if pod else "",
-                    pool_template_hash=self.template_hashes.get(pool.name, "") if pool else "",
-                )
-            )
-        return rows
+        return node_statuses(
+            wanted, self.slurm.list_nodes(), pods, self.config.pools, self.template_hashes
+        )
 
 
 def template_hashes(config: BridgeConfig) -> dict[str, str]:
@@ -761,9 +481,3 @@ def in_order(names: Sequence[str], results: Iterable[NodeResult]) -> list[NodeRe
     """``results`` in the order of ``names`` (the hostlist's), as the proto promises."""
     by_node = {r.node: r for r in results}
     return [by_node[n] for n in names if n in by_node]
-
-
-def _natural(name: str) -> tuple[str, int, str]:
-    head = name.rstrip("0123456789")
-    digits = name[len(head) :]
-    return (head, int(digits) if digits else -1, name)

@@ -11,7 +11,8 @@ a numeric suffix of 2**64 or more would come back saturated, and one of more tha
 from __future__ import annotations
 
 from bridge.domain.hostlist import expand
-from bridge.domain.pools import dns_label_problem
+from bridge.domain.pools import PoolSet, dns_label_problem
+from bridge.domain.results import ErrorClass, NodeResult, Outcome
 from bridge.errors import HostlistError, InvalidInput
 
 MAX_NODE_NAME = 63  # RFC 1123 label
@@ -42,3 +43,32 @@ def check_node_name(name: str) -> None:
         raise InvalidInput(
             f"node name {name!r}: Slurm reads it as another name (its number exceeds 2**64-1)"
         )
+
+
+def split_hostlist(
+    hostlist: str, pools: PoolSet, source: str
+) -> tuple[list[str], dict[str, list[str]], list[NodeResult]]:
+    """The hostlist's distinct names in order, the usable ones grouped by pool, and one
+    rejection per other name (``source``: the configuration's, named in the message). Rejected
+    names never reach Slurm or Kubernetes: a name no pool owns may be a static node with
+    running jobs."""
+    names = list(dict.fromkeys(expand(hostlist)))
+    rejected, usable = [], []
+    for node in names:
+        try:
+            check_node_name(node)
+        except InvalidInput as e:
+            rejected.append(NodeResult(node, Outcome.REJECTED, ErrorClass.INVALID, str(e)))
+        else:
+            usable.append(node)
+    groups, unknown = pools.group(usable)
+    rejected += [
+        NodeResult(
+            node,
+            Outcome.REJECTED,
+            ErrorClass.UNKNOWN_NODE,
+            f"node {node} is in no pool of the bridge ({source}); Slurm left alone",
+        )
+        for node in unknown
+    ]
+    return names, groups, rejected

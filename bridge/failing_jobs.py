@@ -1,0 +1,135 @@
+"""Failed nodes set DOWN in Slurm, and for a fail-fast the jobs on them looked after too.
+
+A node set DOWN requeues its jobs at once. For a fail-fast (the pod cannot run) the jobs also
+get the reason in their AdminComment, and their other nodes still powering up are released, so
+they do not hold capacity until ResumeTimeout. What to do per job is
+:func:`bridge.domain.job_failure.plan_job_failure`'s decision; this module carries it out.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Sequence
+
+from bridge.domain.circuit import is_fail_fast
+from bridge.domain.hostlist import compress
+from bridge.domain.job_failure import FailedJob, nodes_to_release, plan_job_failure
+from bridge.domain.pools import PoolSet
+from bridge.errors import BridgeError
+from bridge.metrics import BridgeMetrics
+from bridge.ports import SlurmPort
+
+log = logging.getLogger(__name__)
+
+
+class JobAwareFailure:
+    """Sets nodes DOWN through ``slurm`` (counted in ``metrics``), minding their jobs."""
+
+    def __init__(self, slurm: SlurmPort, metrics: BridgeMetrics) -> None:
+        self.slurm = slurm
+        self.metrics = metrics
+
+    def cloud_nodes(self, nodes: Sequence[str]) -> list[str]:
+        """Those of ``nodes`` Slurm lists as CLOUD (one read; only failure paths pay for it)."""
+        if not nodes:
+            return []
+        try:
+            cloud = {n.name for n in self.slurm.list_nodes() if n.is_cloud}
+        except BridgeError as e:
+            # Unsure what they are: leave Slurm alone; the reconciler tries again next pass.
+            log.warning("not setting %s DOWN: cannot read Slurm: %s", compress(nodes), e)
+            return []
+        others = [n for n in nodes if n not in cloud]
+        if others:
+            log.warning("not setting %s DOWN: Slurm does not list it as CLOUD", compress(others))
+        return [n for n in nodes if n in cloud]
+
+    def mark_down(self, nodes: Sequence[str], reason: str) -> bool:
+        """Set ``nodes`` DOWN with ``reason``; whether Slurm took it."""
+        if not nodes:
+            return False
+        try:
+            self.slurm.update_nodes(nodes, state="down", reason=reason)
+            log.warning("set DOWN %s: %s", compress(nodes), reason)
+            self.metrics.fail_fast(reason, len(nodes))
+        except BridgeError as e:
+            log.error("could not set DOWN %s (%s): %s", compress(nodes), reason, e)
+            return False
+        return True
+
+    def mark_down_failing_jobs(
+        self, pools: PoolSet, nodes: Sequence[str], reason: str, failing: Collection[str] = ()
+    ) -> bool:
+        """:meth:`mark_down`, and for a fail-fast the jobs on ``nodes`` too: the reason in
+        their AdminComment first, then (once Slurm took the DOWN and requeued them) their other
+        nodes still powering up released, so they do not hold capacity until ResumeTimeout.
+        ``pools``: whose nodes may be released. ``failing``: nodes the same pass sets DOWN for
+        another reason (never released)."""
+        if not nodes or not is_fail_fast(reason):
+            return self.mark_down(nodes, reason)
+        failed_jobs = self._failing_jobs(pools, nodes, reason)
+        commented = self._set_admin_comments(failed_jobs, reason)
+        if not self.mark_down(nodes, reason):
+            return False
+        released = self._release(
+            [n for n in nodes_to_release(failed_jobs) if n not in failing], reason
+        )
+        for job in failed_jobs:
+            log.warning(
+                "job %s: node(s) %s failed (%s); released %s; AdminComment %s",
+                job.job_id,
+                compress(job.failed),
+                reason,
+                compress(n for n in job.release if n in released) or "-",
+                "set" if job.job_id in commented else "not set",
+            )
+        return True
+
+    def _failing_jobs(self, pools: PoolSet, nodes: Sequence[str], reason: str) -> list[FailedJob]:
+        """The jobs on ``nodes`` and what to do about them; none when Slurm cannot say (the
+        DOWN still goes ahead: it alone requeues the jobs)."""
+        try:
+            snapshot = self.slurm.list_nodes()
+            # The nodes a job could release are powering up: read their jobs too, so that a
+            # node another job holds is never released.
+            starting = [
+                n.name for n in snapshot if n.is_cloud and n.is_powering_up and pools.owns(n.name)
+            ]
+            jobs = self.slurm.jobs_on_nodes(list(dict.fromkeys([*nodes, *starting])))
+            # Inside the try: a job's hostlist Slurm printed may still be one we cannot expand.
+            return plan_job_failure(nodes, jobs, snapshot, pools.owns)
+        except BridgeError as e:
+            log.warning(
+                "jobs on %s not read (%s); setting DOWN without them: %s",
+                compress(nodes),
+                reason,
+                e,
+            )
+            return []
+
+    def _set_admin_comments(self, failed_jobs: Sequence[FailedJob], reason: str) -> set[int]:
+        """Put ``reason`` in each job's AdminComment where it is ours to write; the jobs set."""
+        done = set()
+        for job in failed_jobs:
+            if not job.set_comment:
+                log.info("job %s: AdminComment is an admin's; not replaced", job.job_id)
+                continue
+            try:
+                self.slurm.set_job_admin_comment(job.job_id, reason)
+            except BridgeError as e:
+                log.warning("job %s: AdminComment not set: %s", job.job_id, e)
+            else:
+                done.add(job.job_id)
+        return done
+
+    def _release(self, nodes: Sequence[str], reason: str) -> set[str]:
+        """``power_down_force`` the nodes of failed jobs that never registered: Slurm clears
+        POWERING_UP and suspends them at once, and the suspend deletes their pods."""
+        if not nodes:
+            return set()
+        try:
+            self.slurm.update_nodes(nodes, state="power_down_force")
+        except BridgeError as e:
+            log.warning("not released %s (%s): %s", compress(nodes), reason, e)
+            return set()
+        return set(nodes)
