@@ -178,9 +178,22 @@ def test_namespace_builds(
     proving_ground: ProvingGround, kustomization: str, namespace: str
 ) -> None:
     """The administrator's part: the Namespace with Pod Security labels (privileged enforced:
-    slurmd is privileged; audited against baseline) and the guard's allow-lists, and the guard."""
+    slurmd is privileged; audited against baseline) and the guard's allow-lists, the guard, and
+    the cluster-scoped read of nodes (which are cordoned) bound to this namespace's bridge."""
     docs = build(proving_ground, kustomization)
-    assert {d["kind"] for d in docs} == {"Namespace", *ADMISSION_KINDS}
+    assert {d["kind"] for d in docs} == {
+        "Namespace",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        *ADMISSION_KINDS,
+    }
+    reader = next(d for d in docs if d["kind"] == "ClusterRole")
+    assert reader["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]
+    binding = next(d for d in docs if d["kind"] == "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == reader["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "slurm-k8s-bridge", "namespace": namespace}
+    ]
     ns = next(d for d in docs if d["kind"] == "Namespace")
     assert ns["metadata"]["name"] == namespace
     labels = ns["metadata"]["labels"]
