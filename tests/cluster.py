@@ -132,10 +132,38 @@ def cancel_jobs_on(pg: ProvingGround, hostlist: str) -> None:
             pg.slurm("scancel", job.strip(), check=False)
 
 
+def state_flags(pg: ProvingGround, hostlist: str) -> dict[str, frozenset[str]]:
+    """Node name -> the words of its ``scontrol show node`` State (IDLE, CLOUD, POWERED_DOWN)."""
+    flags: dict[str, frozenset[str]] = {}
+    out = pg.slurm("scontrol", "show", "node", "-o", hostlist, check=False)
+    for line in out.splitlines():
+        fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+        if "NodeName" in fields:
+            flags[fields["NodeName"]] = frozenset(fields.get("State", "").split("+"))
+    return flags
+
+
+#: A node on its way down or down already: forcing it again is not a no-op on 24.11 and later
+#: (slurmctld logs "power down request repeating" and runs SuspendProgram a second time; the
+#: node is POWERING_DOWN for SuspendTimeout and a job submitted meanwhile waits for the next
+#: scheduler pass, ~60 s), so reset_nodes leaves these alone.
+_ASLEEP = frozenset({"POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN"})
+
+
 def reset_nodes(pg: ProvingGround, hostlist: str) -> None:
-    """Back to ``idle~``: cancel their jobs, power down, clear DOWN; then wait for no pods."""
+    """Back to ``idle~``: cancel their jobs, power down what is up, clear DOWN, and delete pods a
+    test made by calling the resume hook itself (Slurm never woke those nodes: the suspend hook
+    is what slurmctld would call)."""
     cancel_jobs_on(pg, hostlist)
-    pg.slurm("scontrol", "update", f"nodename={hostlist}", "state=power_down_force", check=False)
+    flags = state_flags(pg, hostlist)
+    awake = [name for name, words in flags.items() if not words & _ASLEEP]
+    if awake:
+        names = ",".join(awake)
+        pg.slurm("scontrol", "update", f"nodename={names}", "state=power_down_force", check=False)
+    current = pods(pg)
+    stray = [n for n, words in flags.items() if "POWERED_DOWN" in words and n in current]
+    if stray:
+        run_hook(pg, "suspend", ",".join(stray))
     pg.slurm("scontrol", "update", f"nodename={hostlist}", "state=resume", check=False)
 
 
@@ -174,7 +202,8 @@ def restart_bridge(pg: ProvingGround, config: Path | None = None) -> int:
 
 
 def wait_idle_powered_down(pg: ProvingGround, hostlist: str, timeout: float = 60) -> None:
-    """Wait until every node of ``hostlist`` is ``idle~`` (clearing our DOWN) with no pod."""
+    """Wait until every node of ``hostlist`` is ``idle~`` (clearing our DOWN) with no pod and no
+    power down pending (24.11 and later show a node whose power down is queued as ``idle~`` too)."""
 
     def settled() -> bool:
         out = pg.slurm("sinfo", "-h", "-N", "-n", hostlist, "-o", "%N %T")
@@ -183,7 +212,12 @@ def wait_idle_powered_down(pg: ProvingGround, hostlist: str, timeout: float = 60
             if state in ("down~", "drained~"):
                 pg.slurm("scontrol", "update", f"nodename={name}", "state=resume", check=False)
         ours = pods(pg)
-        return all(s == "idle~" for s in states.values()) and not any(n in ours for n in states)
+        flags = state_flags(pg, hostlist)
+        return (
+            all(s == "idle~" for s in states.values())
+            and not any({"POWER_DOWN", "POWERING_DOWN"} & words for words in flags.values())
+            and not any(n in ours for n in states)
+        )
 
     wait_for(f"{hostlist} idle~ without pods", lambda: settled() or None, timeout, every=1)
 
