@@ -177,7 +177,9 @@ def kill_bridge(pg: ProvingGround, sig: int = signal.SIGKILL) -> None:
     os.kill(pid, sig)
 
 
-def restart_bridge(pg: ProvingGround, config: Path | None = None) -> int:
+def restart_bridge(
+    pg: ProvingGround, config: Path | None = None, env_overrides: dict[str, str] | None = None
+) -> int:
     """SIGKILL the bridge and start it again; returns once the *new* one serves.
 
     The socket probe alone is not enough: seen in CI, a hook called right after this returned
@@ -190,7 +192,7 @@ def restart_bridge(pg: ProvingGround, config: Path | None = None) -> int:
         os.kill(pid, signal.SIGKILL)
         wait_for("bridge to die", lambda: state.running("bridge") is None, 10)
     offset = log.stat().st_size if log.exists() else 0
-    started = start_bridge(pg.layout, state, config)
+    started = start_bridge(pg.layout, state, config, env_overrides)
 
     def serving() -> bool:
         with log.open("rb") as f:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from proving_ground import bridge_daemon, bridge_image
+from proving_ground import bridge_daemon, bridge_image, images
 from proving_ground.layout import APISERVER_PORT, HOST_IP
 
 from tests import slurm_state
@@ -71,6 +71,10 @@ def compose(proving_ground: ProvingGround, tmp_path: Path) -> Iterator[ProvingGr
         MUNGE_KEY.chmod(0o600)
     # The same docker-archive the proving ground imports into containerd (built if missing).
     bridge_image.load_into_podman(proving_ground.layout)
+    # The pool's slurmd is the bridge image's series (bridge.yaml), not necessarily the ground's.
+    ctr = ["ctr", "--address", str(proving_ground.layout.containerd_socket)]
+    slurmd = images.import_series_image(proving_ground.layout, ctr, bridge_image.SLURM_SERIES)
+    assert slurmd in (ROOT / "deploy" / "compose" / "bridge.yaml").read_text(), slurmd
     wrapper = tmp_path / "wrapper"
     wrapper.mkdir()
     (wrapper / "kustomization.yaml").write_text(

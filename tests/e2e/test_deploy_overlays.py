@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
-from proving_ground import bridge_daemon, bridge_image
+from proving_ground import bridge_daemon, bridge_image, images
 
 from tests import slurm_state
 from tests.conftest import ROOT, ProvingGround
@@ -456,12 +456,15 @@ def in_cluster(
 ) -> Iterator[ProvingGround]:
     """The in-cluster overlay applied as a site would (its Namespace, a munge Secret by name, a
     volume for slurmctld's state claim, then the overlay), with the bridge image of this
-    checkout in containerd under its release tag; its StatefulSet rolled out."""
+    checkout and the slurmd build of its series in containerd under their release tags; its
+    StatefulSet rolled out."""
     pg = proving_ground
     scratch = tmp_path_factory.mktemp("in-cluster")
-    bridge_image.import_bridge_image(
-        pg.layout, ["ctr", "--address", str(pg.layout.containerd_socket)]
-    )
+    ctr = ["ctr", "--address", str(pg.layout.containerd_socket)]
+    bridge_image.import_bridge_image(pg.layout, ctr)
+    # The overlay's slurmctld is the bridge image's series; its pods' slurmd is that series'
+    # release tag, present whatever series the ground itself runs.
+    images.import_series_image(pg.layout, ctr, bridge_image.SLURM_SERIES)
     manifests = kustomize(pg, KUSTOMIZE_DIR / "overlays" / "in-cluster")
     with admission_policy_cleanup(pg):
         try:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from proving_ground import slurm
 from proving_ground.layout import REAL_NODE
 
 from bridge.adapters.slurm_cli import SlurmCli
@@ -175,11 +176,16 @@ def test_an_autoscaler_that_says_no_fails_the_node_fast(
     assert verdict_s < 20, "fail fast on the autoscaler's word, not at schedule_timeout"
 
 
-def _slow_slurm_bin(directory: Path, delay_s: float) -> Path:
+def _slow_slurm_bin(directory: Path, real: Path, delay_s: float) -> Path:
+    """Wrappers around the ground's clients (``real``: the host's or the series' root) that
+    sleep first and note each call in ``calls``."""
     directory.mkdir(parents=True, exist_ok=True)
     for command in ("scontrol", "sinfo", "squeue"):
         wrapper = directory / command
-        wrapper.write_text(f'#!/bin/sh\nsleep {delay_s}\nexec /usr/bin/{command} "$@"\n')
+        wrapper.write_text(
+            f"#!/bin/sh\necho {command} >> {directory / 'calls'}\nsleep {delay_s}\n"
+            f'exec {real / command} "$@"\n'
+        )
         wrapper.chmod(0o755)
     return directory
 
@@ -189,13 +195,12 @@ def test_a_slow_scontrol_never_costs_a_registering_node_its_pod(
 ) -> None:
     pg = proving_ground
     use("cpu-8")
-    slow = _slow_slurm_bin(tmp_path / "slow-bin", 3)
-    default = pg.layout.root / "deploy" / "local" / "bridge.yaml"
-    config = tmp_path / "bridge.yaml"
-    config.write_text(default.read_text().replace("bin_dir: /usr/bin", f"bin_dir: {slow}"))
+    real = slurm.ground_programs(pg.layout).bin_dir
+    slow = _slow_slurm_bin(tmp_path / "slow-bin", real, 3)
     log = pg.layout.logs / "bridge.log"
     log_start = log.stat().st_size if log.exists() else 0
-    restart_bridge(pg, config)
+    # The ground sets SKB_SLURM_BIN_DIR, which wins over any file: override it.
+    restart_bridge(pg, env_overrides={"SKB_SLURM_BIN_DIR": str(slow)})
     try:
         started = time.monotonic()
         job, out = _srun_hostname(pg, "cpu", "cpu-8", 1)
@@ -219,4 +224,7 @@ def test_a_slow_scontrol_never_costs_a_registering_node_its_pod(
     assert not any("PodMissing" in r for r in reasons), reasons
     assert "PodMissing" not in bridge_log
     assert job_restarts(pg, job) == 0
+    calls = (slow / "calls").read_text().split()
+    assert calls, "the bridge never called the slow clients"
+    print(f"{len(calls)} Slurm calls by the bridge, each 3 s slower")
     print(f"cpu-8 with every Slurm command 3 s slower: job COMPLETED in {elapsed:.1f}s")

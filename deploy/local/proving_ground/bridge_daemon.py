@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 
 from . import kube
@@ -121,13 +122,23 @@ def _socket_answers() -> bool:
     return True
 
 
-def start_bridge(layout: Layout, state: State, config: Path | None = None) -> int:
-    """Start ``slurm-k8s-bridge serve`` (with ``config`` instead of deploy/local/bridge.yaml)."""
+def start_bridge(
+    layout: Layout,
+    state: State,
+    config: Path | None = None,
+    env_overrides: Mapping[str, str] | None = None,
+) -> int:
+    """Start ``slurm-k8s-bridge serve`` (with ``config`` instead of deploy/local/bridge.yaml;
+    ``env_overrides`` win over the ground's ``SKB_*`` settings, which win over any file)."""
     SHARED_DIR.mkdir(parents=True, exist_ok=True)
     SHARED_DIR.chmod(0o1777)
     write_hooks_env(layout)
     pid = start_daemon(
-        state, "bridge", bridge_argv(layout, config), log_dir=layout.logs, env=bridge_env(layout)
+        state,
+        "bridge",
+        bridge_argv(layout, config),
+        log_dir=layout.logs,
+        env={**bridge_env(layout), **(env_overrides or {})},
     )
     wait_until("bridge socket", _socket_answers, timeout_s=30, log_path=layout.logs / "bridge.log")
     return pid

@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 
 BRIDGE_IMAGE = "localhost/slurm-k8s-bridge/bridge"
 BRIDGE_IMAGE_DEV = f"{BRIDGE_IMAGE}:dev"
+#: The Slurm series of the image's slurmctld and clients (Debian bookworm's): the compose
+#: setup's slurmd pods run this series' slurmd image (``slurmd:22.05``), whatever the ground runs.
+SLURM_SERIES = "22.05"
 #: Where the hooks live in the image; slurm.conf's ResumeProgram and friends point here.
 PLUGINS_IN_IMAGE = "opt/slurm-k8s-bridge/slurm_plugins"
 #: Machine-local files that must not reach the image (nor change its digest).

@@ -383,13 +383,12 @@ def ensure_archives(layout: Layout, series: str = GROUND_SLURM) -> dict[str, Pat
     return result
 
 
-def import_images(layout: Layout, ctr: list[str], series: str = GROUND_SLURM) -> None:
-    """Import each archive into containerd's k8s.io namespace unless it is there already, and
-    point ``slurmd:dev`` (what the ground's bridge config names) and the release tag (what the
-    in-cluster overlay names) at the slurmd build of ``series``."""
+def _import_archives(ctr: list[str], archives: dict[str, Path]) -> str:
+    """Import into containerd's k8s.io namespace what is not there yet; returns the slurmd
+    build's reference."""
     listed = run([*ctr, "-n", "k8s.io", "images", "ls", "-q"]).stdout.split()
     slurmd = ""
-    for reference, archive in ensure_archives(layout, series).items():
+    for reference, archive in archives.items():
         if reference.startswith(f"{SLURMD_IMAGE}:"):
             slurmd = reference
         if reference in listed:
@@ -400,11 +399,33 @@ def import_images(layout: Layout, ctr: list[str], series: str = GROUND_SLURM) ->
         )
         if result.returncode != 0:
             raise ProvingGroundError(f"ctr import {archive} failed: {result.stderr.strip()}")
+    return slurmd
+
+
+def _tag_series(ctr: list[str], slurmd: str, series: str) -> None:
+    """The tags `make image` gives a series' build: ``<series>-<version>`` (what the in-cluster
+    overlay names) and ``<series>`` (what the compose pool names)."""
+    for tag in (slurmd_release_reference(series), slurmd_series_reference(series)):
+        run([*ctr, "-n", "k8s.io", "images", "tag", "--force", slurmd, tag])
+
+
+def import_series_image(layout: Layout, ctr: list[str], series: str) -> str:
+    """The slurmd build of ``series`` in containerd under its series tags, whatever series the
+    ground runs (the compose setup's slurmctld is the bridge image's series, and a slurmd may
+    not be newer than its slurmctld); returns ``slurmd:<series>``."""
+    archives = ensure_archives(layout, series)
+    _tag_series(ctr, _import_archives(ctr, archives), series)
+    return slurmd_series_reference(series)
+
+
+def import_images(layout: Layout, ctr: list[str], series: str = GROUND_SLURM) -> None:
+    """Import each archive into containerd's k8s.io namespace unless it is there already, and
+    point ``slurmd:dev`` (what the ground's bridge config names) and the series tags at the
+    slurmd build of ``series``."""
+    listed = run([*ctr, "-n", "k8s.io", "images", "ls", "-q"]).stdout.split()
+    slurmd = _import_archives(ctr, ensure_archives(layout, series))
     run([*ctr, "-n", "k8s.io", "images", "tag", "--force", slurmd, SLURMD_IMAGE_DEV])
-    # And the release tag `make image` gives (<series>-<version>), which deployments name.
-    run(
-        [*ctr, "-n", "k8s.io", "images", "tag", "--force", slurmd, slurmd_release_reference(series)]
-    )
+    _tag_series(ctr, slurmd, series)
     # The current build of every series stays: switching series then imports nothing.
     current = {slurmd_recipe(s).reference() for s in SLURM_SUITES}
     stale = [
@@ -427,6 +448,11 @@ def bridge_version() -> str:
 def slurmd_release_reference(series: str = GROUND_SLURM) -> str:
     """``slurmd:<series>-<bridge version>``, the tag ``make image`` gives a series' build."""
     return f"{SLURMD_IMAGE}:{series}-{bridge_version()}"
+
+
+def slurmd_series_reference(series: str) -> str:
+    """``slurmd:<series>``, the other tag ``make image`` gives a series' build."""
+    return f"{SLURMD_IMAGE}:{series}"
 
 
 def make_image(
