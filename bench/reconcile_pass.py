@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -43,9 +43,7 @@ from bridge.config import parse_config
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.pods import PodView
 from bridge.service import BridgeService
-
-if TYPE_CHECKING:  # where it lives moves with the settings work; parse_config stays put
-    from bridge.config import BridgeConfig
+from bridge.settings import BridgeConfig
 
 RECORDED = {
     "22.05": ROOT / "tests" / "data" / "slurm" / "v22.05" / "sinfo-states.json",
@@ -214,7 +212,7 @@ def child(series: str, total: int, path: str, passes: int, bin_dir: Path) -> dic
         if path == "bridge"
         else SlurmReadAsText(series, bin_dir)
     )
-    service = BridgeService(config, slurm, PodsFromMemory(total))  # type: ignore[arg-type]
+    service = BridgeService(config, slurm, PodsFromMemory(total))
     setup_rss_kb = peak_rss_kb()
     actions = service.reconcile_once()  # warm-up; also probes the Slurm version
     assert actions == [], f"not a steady state: {actions[:3]}"

@@ -243,7 +243,7 @@ class Watcher:
 def bench_config(socket_path: str) -> dict[str, Any]:
     """The second bridge's configuration: the proving ground's, with one kwok pool and guards
     that keep its reconciler off the benchmark's pods (Slurm knows no scale-* node)."""
-    config = yaml.safe_load((ROOT / "deploy" / "local" / "bridge.yaml").read_text())
+    config: dict[str, Any] = yaml.safe_load((ROOT / "deploy" / "local" / "bridge.yaml").read_text())
     sim = next(p for p in config["pools"] if p["name"] == "sim")
     config["cluster_name"] = CLUSTER
     config["bridge"].update(

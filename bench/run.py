@@ -37,8 +37,10 @@ import reconcile_pass
 import resume_scale
 
 from bridge.api import build_server
+from bridge.domain.circuit import PoolBreakerStatus
 from bridge.domain.hostlist import expand
 from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
+from bridge.errors import InvalidInput
 
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
 
@@ -81,6 +83,13 @@ class NoOp:
 
     def list_nodes(self, hostlist: str) -> list[NodeStatus]:
         return []
+
+    def pool_status(self) -> list[PoolBreakerStatus]:
+        return []
+
+    def resume_pool(self, pool: str, request_id: str) -> tuple[PoolBreakerStatus, bool]:
+        # As the service answers for a pool it does not have: the bench configures none.
+        raise InvalidInput(f"pool: {pool!r} is not a configured pool (the hook bench has none)")
 
 
 def bench_hook(runs: int = 20, nodes: int = 3) -> tuple[float, float, float]:
@@ -214,15 +223,15 @@ def main(argv: list[str] | None = None) -> int:
                 f"{ours / theirs:.2f}x",
             )
         )
-    sizes = reconcile_pass.QUICK_SIZES if args.quick else reconcile_pass.SIZES
-    lines += reconcile_pass.table_lines(reconcile_pass.measure_rows(sizes))
+    reconcile_sizes = reconcile_pass.QUICK_SIZES if args.quick else reconcile_pass.SIZES
+    lines += reconcile_pass.table_lines(reconcile_pass.measure_rows(reconcile_sizes))
     if not args.no_ground:
-        sizes = [
+        scale_sizes = [
             int(n)
             for n in (args.scale_sizes or ("200" if args.quick else "1000,5000,10000")).split(",")
         ]
         hooks = [(1, 5), (200, 3)] if args.quick else [(1, 20), (1000, 10)]
-        lines += resume_scale.table_lines(resume_scale.run(sizes, hooks))
+        lines += resume_scale.table_lines(resume_scale.run(scale_sizes, hooks))
     print_table(lines, [reconcile_pass.NOTE, resume_scale.NOTE])
     return 0
 

@@ -8,8 +8,7 @@ tests. Slurm's quirks are kept on purpose, so the bridge never disagrees with sl
 * duplicates are kept and order is preserved; several bracket groups form a product in Slurm's
   order (last group fastest, then the first, the second, ... up to the one before the last);
 * zero padding is the length of the low bound as written (``[01-100]``; ``[1-010]`` is unpadded);
-  numbers are read like C ``strtoul`` (``[+1-3]`` gives ``01`` to ``03``; huge values saturate);
-* a token whose last ``[`` is never closed is a host name, not an error: ``a[1-3`` is ``a]``.
+  numbers are read like C ``strtoul`` (``[+1-3]`` gives ``01`` to ``03``; huge values saturate).
 
 Limits from hostlist.c: 65536 hosts per ``lo-hi`` item (:data:`MAX_RANGE`), 65536 items per
 bracket (:data:`MAX_RANGES`), 65536 values per bracket group before the last
@@ -24,6 +23,12 @@ bracket only makes Slurm log an error and drop the token (``a[3-1]b[1]c[1]`` is 
 and past 65536 values there it keeps a partial list: we raise. On ``a[0-18446744073709551615]``
 scontrol prints nothing (we raise); on ``a[18446744073709551615]b[1]`` it loops forever (we
 expand). compress() sorts numbers of 2**31 and more correctly, where Slurm's sort drops hosts.
+
+Brackets must pair, one level deep, and a range must have its upper bound. A ``[`` never closed
+(``cpu-[0-``) is refused as Slurm 24.11 and newer refuse it; 22.05 tacks a ``]`` on instead
+(``cpu-]``). Slurm of every series takes a ``]`` without ``[`` (``a]b``) and a ``[`` inside another
+(``a[b[1-2]``) as characters of a host name, and ``a[0-]`` as ``a0``: we refuse those too. Each is
+a typo, not a node: no name the bridge can serve holds a bracket (see ``node_names``).
 """
 
 from __future__ import annotations
@@ -118,7 +123,7 @@ def expand(expression: str, *, max_hosts: int = MAX_HOSTS) -> list[str]:
             f"hostlist {_short(expression)} is {len(expression)} characters long; "
             f"the limit is {MAX_EXPRESSION}"
         )
-    tokens = [_parse_token(text) for text in _split(expression)]
+    tokens = [_parse_token(text, expression) for text in _split(expression)]
     if sum(token.size for token in tokens) > max_hosts:
         raise HostlistError(f"hostlist {_short(expression)} has more than {max_hosts} hosts")
     # Few names can still be huge: a 1 MiB prefix times 65536 numbers is 64 GiB.
@@ -162,14 +167,15 @@ def _split(expression: str) -> list[str]:
         tokens.append(expression[start:i])
 
 
-def _parse_token(token: str) -> _Token:
+def _parse_token(token: str, expression: str) -> _Token:
     opening = token.rfind("[")
     if opening < 0:
+        if "]" in token:
+            raise _unpaired_brackets(token, expression)
         return _host(token)
     closing = token.find("]", opening)
     if closing < 0:
-        # hostlist.c "tacks a ']' on the end": a[1-3 is host "a]", and [1-3 is host "1-3".
-        return _host(token[:opening] + "]" if opening else token[1:])
+        raise _unpaired_brackets(token, expression)
     if closing != len(token) - 1:
         raise HostlistError(f"text after ']' in {_short(token)}")
     last = _parse_ranges(token[opening + 1 : closing], token)
@@ -187,7 +193,30 @@ def _parse_token(token: str) -> _Token:
             )
         groups.append((ranges, token[closing + 1 : end]))
         end = opening
+    # The groups peeled off above pair; a bracket left in the head pairs with none of them.
+    if "[" in token[:end] or "]" in token[:end]:
+        raise _unpaired_brackets(token, expression)
     return _Token(token[:end], tuple(groups[::-1]), last)
+
+
+def _unpaired_brackets(token: str, expression: str) -> HostlistError:
+    """The error for a token whose brackets do not pair, naming the first bracket at fault."""
+    where = f"in {_short(token)}"
+    if token != expression:
+        where += f" of hostlist {_short(expression)}"
+    opened = -1  # index of the '[' not closed yet
+    for index, char in enumerate(token):
+        if char == "[" and opened >= 0:
+            return HostlistError(f"'[' at {index} is inside another '[' {where}")
+        if char == "[":
+            opened = index
+        elif char == "]" and opened < 0:
+            return HostlistError(f"']' at {index} without '[' {where}")
+        elif char == "]":
+            opened = -1
+    if opened >= 0:
+        return HostlistError(f"'[' at {opened} never closed {where}")
+    return HostlistError(f"brackets do not pair {where}")  # unreachable when called as above
 
 
 def _parse_ranges(text: str, token: str) -> tuple[_Range, ...]:
@@ -199,13 +228,16 @@ def _parse_ranges(text: str, token: str) -> tuple[_Range, ...]:
 
 def _parse_range(item: str, token: str) -> _Range:
     """One ``lo`` or ``lo-hi``, with hostlist.c ``_parse_single_range``'s exact leniency."""
-    low, _, high = item.partition("-")
+    low, dash, high = item.partition("-")
     lo, lo_end = _strtoul(low, token)
     hi, hi_end = _strtoul(high, token) if high else (lo, lo_end)
     # Slurm checks the end of the last number read only: garbage after lo passes when hi exists.
     bad = "x" in item or high.startswith("-") or lo_end == 0 or hi_end != len(high or low)
     if bad or lo > hi:
         raise HostlistError(f"invalid range {item!r} in {_short(token)}")
+    if dash and not high:
+        # Slurm reads lo- as lo; here it is a truncated range, not a single host.
+        raise HostlistError(f"invalid range {item!r} in {_short(token)}: no upper bound")
     if hi - lo + 1 > MAX_RANGE:
         raise HostlistError(f"range {item!r} in {_short(token)} has more than {MAX_RANGE} hosts")
     return _Range(lo, hi, _c_length(low))

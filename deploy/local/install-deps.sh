@@ -45,6 +45,7 @@ TABLE='
 /bin/tar                           tar           # image layers (--numeric-owner)
 /bin/umount                        mount         # make down
 /usr/sbin/chroot                   coreutils     # pip inside the bridge image root
+/usr/bin/unshare                   util-linux    # Slurm 24.11/26.05 programs (slurm_series.py)
 /usr/bin/python3                   python3-minimal  # slurm_plugins/hook.sh without a venv
 /usr/bin/podman                    podman        # the compose path
 /usr/bin/conmon                    conmon        # run by podman

@@ -58,6 +58,19 @@ def ours(expression: str) -> list[str] | None:
         return None
 
 
+# Our refusals of what Slurm 22.05 accepts (see bridge.domain.hostlist): a '[' never closed
+# (22.05 tacks a ']' on; 24.11 refuses too), a ']' without '[', a '[' inside another, lo-.
+DELIBERATE = ("never closed", "without '['", "inside another '['", "no upper bound")
+
+
+def refused_on_purpose(expression: str) -> bool:
+    try:
+        expand(expression)
+    except HostlistError as error:
+        return any(words in str(error) for words in DELIBERATE)
+    return False
+
+
 # ---- a generator of plausible and broken hostlists -------------------------------------------
 
 PREFIX_CHARS = "abcnode-_.Z"
@@ -129,8 +142,10 @@ def test_expand_agrees_with_scontrol_show_hostnames(scontrol_env: dict[str, str]
     rejected = 0
     for text in fixed + expressions:
         expected = scontrol(scontrol_env, "hostnames", text)
-        assert ours(text) == expected, f"expand({text!r})"
         rejected += expected is None
+        if expected is not None and refused_on_purpose(text):
+            continue
+        assert ours(text) == expected, f"expand({text!r})"
     # The generator must exercise both outcomes, or the comparison proves little.
     assert 0.2 * len(expressions) < rejected < 0.8 * len(expressions)
 

@@ -77,6 +77,7 @@ def test_install_when_all_present_is_one_fast_line() -> None:
         ("debootstrap", "debootstrap"),
         ("loopback", "containernetworking-plugins"),
         ("sinfo", "slurm-client"),
+        ("unshare", "util-linux"),  # the other Slurm series' programs run under it
     ],
 )
 @pytest.mark.parametrize("how", ["absent", "not-executable"])
