@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
+
+from tests.unit.fake_kube_api import FakeApiServer
 
 #: Read by the code under test (and by the fakes, which record the environment they are given).
 CALLER_SETTINGS = ("SLURM_CONF", "KUBECONFIG")
@@ -17,3 +20,11 @@ def _without_the_callers_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name in CALLER_SETTINGS or name.startswith(CALLER_SETTINGS_PREFIX):
             monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def api_server() -> Iterator[FakeApiServer]:
+    """A stub Kubernetes API server on a loopback port, for the adapter's write paths."""
+    fake = FakeApiServer()
+    yield fake
+    fake.close()
