@@ -38,6 +38,21 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: fl
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
+def kubectl_outcome(
+    pg: ProvingGround, *argv: str, input_text: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """kubectl as the cluster admin, its exit status and stderr kept: for a command the test
+    expects the API server to refuse (``ProvingGround.kubectl`` gives only stdout)."""
+    return subprocess.run(
+        pg.kubectl_argv(*argv),
+        input=input_text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def node(pg: ProvingGround, name: str) -> dict[str, str]:
     """``scontrol show node`` as key → value (State, Reason, NodeAddr ...)."""
     out = pg.slurm("scontrol", "show", "node", "-o", name)
