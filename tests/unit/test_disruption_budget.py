@@ -16,6 +16,7 @@ from bridge.domain.pod_rendering import PodSettings
 from bridge.domain.pools import NodePool
 from bridge.errors import ConfigError, Forbidden
 from tests.unit.fake_kube_api import Answer, FakeApiServer, gateway_to, status_answer
+from tests.unit.fakes import MINIMAL_CONFIG
 
 SETTINGS = PodSettings(namespace="slurm", cluster_name="lab", conf_server="10.213.0.1:6817")
 SELECTOR = {
@@ -68,18 +69,6 @@ def test_only_the_pools_that_ask_get_one() -> None:
     assert render_disruption_budgets(pools, SETTINGS) == [budget("lab-cpu", "cpu", 4)]
 
 
-POOLS = """\
-slurm:
-  conf_server: 10.213.0.1:6817
-pools:
-  - name: cpu
-    nodes: cpu-[0-3]
-    cpus: 2
-    real_memory_mb: 1024
-    image: localhost/slurmd:dev
-"""
-
-
 @pytest.mark.parametrize(
     ("line", "expected"),
     [
@@ -89,14 +78,14 @@ pools:
     ],
 )
 def test_the_pool_option(line: str, expected: bool) -> None:
-    config = parse_config(POOLS + line, "bridge.yaml")
+    config = parse_config(MINIMAL_CONFIG + line, "bridge.yaml")
     (cpu,) = config.pools
     assert cpu.disruption_budget is expected
 
 
 def test_the_pool_option_is_a_boolean() -> None:
     with pytest.raises(ConfigError, match=r"bridge.yaml:9: pools\[0\].disruption_budget"):
-        parse_config(POOLS + "    disruption_budget: yes please\n", "bridge.yaml")
+        parse_config(MINIMAL_CONFIG + "    disruption_budget: yes please\n", "bridge.yaml")
 
 
 # -- the adapter -----------------------------------------------------------------------------------
@@ -152,7 +141,7 @@ class RecordingBudgets:
 
 TWO_POOLS = (
     "cluster_name: lab\n"
-    + POOLS
+    + MINIMAL_CONFIG
     + """\
     disruption_budget: true
   - name: big
