@@ -6,12 +6,13 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from proving_ground.bridge_daemon import start_bridge
+from proving_ground.bridge_daemon import BRIDGE_SOCKET, start_bridge
 from proving_ground.processes import State, stop_daemon
 from proving_ground.slurm import start_slurm
 
@@ -24,6 +25,8 @@ NAMESPACE = "slurm"
 #: The proving ground's stand-in for a shared file system: mounted at the same path in pods.
 SHARED = Path("/var/lib/slurm-k8s-bridge/shared")
 HOOKS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "slurm_plugins")
+#: The admin CLI installed next to the interpreter running the tests.
+CLI = Path(sys.executable).with_name("slurm-k8s-bridge")
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: float = 0.2) -> T:
@@ -36,6 +39,32 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: fl
             return last
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def kubectl_outcome(
+    pg: ProvingGround, *argv: str, input_text: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """kubectl as the cluster admin, its exit status and stderr kept: for a command the test
+    expects the API server to refuse (``ProvingGround.kubectl`` gives only stdout)."""
+    return subprocess.run(
+        pg.kubectl_argv(*argv),
+        input=input_text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def bridge_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    """``slurm-k8s-bridge ARGV --socket <the ground's bridge>``."""
+    return subprocess.run(
+        [str(CLI), *argv, "--socket", f"unix:{BRIDGE_SOCKET}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
 
 
 def node(pg: ProvingGround, name: str) -> dict[str, str]:

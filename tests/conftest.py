@@ -53,16 +53,25 @@ class ProvingGround:
             raise AssertionError(f"{argv} failed: {result.stderr}")
         return result.stdout
 
-    def kubectl(
-        self, *argv: str, check: bool = True, input_text: str | None = None, timeout: float = 120
-    ) -> str:
-        cmd = [
+    def kubectl_argv(self, *argv: str) -> list[str]:
+        """kubectl as the cluster admin, for a caller that needs more than ``kubectl``'s stdout
+        (a process left running; the exit status and stderr of a refusal)."""
+        return [
             str(self.layout.kubernetes_bin / "kubectl"),
             f"--kubeconfig={self.layout.kubeconfig}",
             *argv,
         ]
+
+    def kubectl(
+        self, *argv: str, check: bool = True, input_text: str | None = None, timeout: float = 120
+    ) -> str:
         result = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout, input=input_text, check=False
+            self.kubectl_argv(*argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=input_text,
+            check=False,
         )
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {argv} failed: {result.stderr}")

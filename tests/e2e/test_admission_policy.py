@@ -19,6 +19,7 @@ import yaml
 
 from bridge.config import load_config
 from bridge.domain.pod_rendering import PodSettings, render_pod
+from tests.cluster import kubectl_outcome
 from tests.conftest import ROOT, ProvingGround
 from tests.e2e.test_deploy_overlays import (
     KUSTOMIZE_DIR,
@@ -93,9 +94,8 @@ def applied(
 def create(
     pg: ProvingGround, pod: dict[str, Any], *, as_bridge: bool = True, dry_run: bool = False
 ) -> subprocess.CompletedProcess[str]:
-    argv = [
-        str(pg.layout.kubernetes_bin / "kubectl"),
-        f"--kubeconfig={pg.layout.kubeconfig}",
+    return kubectl_outcome(
+        pg,
         "-n",
         NAMESPACE,
         *([f"--as={BRIDGE}"] if as_bridge else []),
@@ -103,9 +103,7 @@ def create(
         *(["--dry-run=server"] if dry_run else []),
         "-f",
         "-",
-    ]
-    return subprocess.run(
-        argv, input=json.dumps(pod), capture_output=True, text=True, timeout=60, check=False
+        input_text=json.dumps(pod),
     )
 
 

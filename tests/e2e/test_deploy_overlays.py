@@ -26,6 +26,7 @@ import yaml
 from proving_ground import bridge_daemon, bridge_image, images
 
 from tests import slurm_state
+from tests.cluster import kubectl_outcome
 from tests.conftest import ROOT, ProvingGround
 
 pytestmark = pytest.mark.e2e
@@ -526,16 +527,8 @@ def slurm_pods(proving_ground: ProvingGround) -> dict[str, str]:
 
 
 def exec_in(pg: ProvingGround, container: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            str(pg.layout.kubernetes_bin / "kubectl"),
-            f"--kubeconfig={pg.layout.kubeconfig}",
-            *("-n", INCLUSTER_NS, "exec", "slurmctld-0", "-c", container, "--", *argv),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    return kubectl_outcome(
+        pg, "-n", INCLUSTER_NS, "exec", "slurmctld-0", "-c", container, "--", *argv
     )
 
 

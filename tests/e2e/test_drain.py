@@ -54,9 +54,7 @@ def test_kubectl_drain_waits_for_the_job_and_drains_slurm_first(
     wait_for("job running", lambda: job_state(pg, job) == "RUNNING" or None, 120, every=1)
     assert pods(pg)[NODE]["spec"]["nodeName"] == REAL_NODE
     drain = subprocess.Popen(
-        [
-            str(pg.layout.kubernetes_bin / "kubectl"),
-            f"--kubeconfig={pg.layout.kubeconfig}",
+        pg.kubectl_argv(
             "drain",
             REAL_NODE,
             "--ignore-daemonsets",
@@ -65,7 +63,7 @@ def test_kubectl_drain_waits_for_the_job_and_drains_slurm_first(
             # still evicts them, through the budget, with it).
             "--force",
             f"--timeout={DRAIN_TIMEOUT_S}s",
-        ],
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

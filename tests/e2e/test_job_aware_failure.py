@@ -6,7 +6,6 @@ job is requeued with the reason in its AdminComment."""
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +15,7 @@ import pytest
 from tests.cluster import (
     NAMESPACE,
     job_state,
+    kubectl_outcome,
     node,
     pods,
     submit,
@@ -83,22 +83,15 @@ PROBE_POD = {
 
 
 def _refused_by_our_policy(pg: ProvingGround) -> bool:
-    done = subprocess.run(
-        [
-            str(pg.layout.kubernetes_bin / "kubectl"),
-            f"--kubeconfig={pg.layout.kubeconfig}",
-            "-n",
-            NAMESPACE,
-            "create",
-            "--dry-run=server",
-            "-f",
-            "-",
-        ],
-        input=json.dumps(PROBE_POD),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    done = kubectl_outcome(
+        pg,
+        "-n",
+        NAMESPACE,
+        "create",
+        "--dry-run=server",
+        "-f",
+        "-",
+        input_text=json.dumps(PROBE_POD),
     )
     return done.returncode != 0 and MESSAGE in done.stderr
 

@@ -5,15 +5,13 @@ not have) pauses after two fail-fasts, its nodes then go DOWN with PoolPaused an
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from proving_ground.bridge_daemon import BRIDGE_SOCKET
 
 from tests.cluster import (
+    bridge_cli,
     job_finished,
     job_state,
     node,
@@ -29,18 +27,6 @@ pytestmark = pytest.mark.e2e
 
 #: Two fail-fasts of `broken` within 10 minutes pause it for 15 (longer than this test).
 BREAKER = "    circuit_breaker: {failures: 2, window_s: 600, pause_s: 900}\n"
-CLI = Path(sys.executable).with_name("slurm-k8s-bridge")
-
-
-def bridge_cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    """``slurm-k8s-bridge ARGV --socket <the ground's bridge>``."""
-    return subprocess.run(
-        [str(CLI), *argv, "--socket", f"unix:{BRIDGE_SOCKET}"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
 
 
 def breaker(pool: str) -> dict[str, Any]:

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from proving_ground.bridge_daemon import BRIDGE_SOCKET
 
 from tests.cluster import (
+    bridge_cli,
     bridge_pid,
     job_finished,
     job_state,
@@ -32,7 +30,6 @@ pytestmark = pytest.mark.e2e
 
 NODE = "cpu-11"
 HASH_LABEL = "slurm-k8s-bridge.io/template-hash"
-CLI = Path(sys.executable).with_name("slurm-k8s-bridge")
 #: The last env entry of the slurmd container in deploy/local/bridge.yaml's `cpu` template (the
 #: `&real` anchor: the pools that alias it change too, which rolls nothing they do not run).
 ENV_ANCHOR = (
@@ -68,14 +65,7 @@ def _drained_for(pg: ProvingGround, reason: str) -> dict[str, str] | None:
 
 
 def _status() -> str:
-    done = subprocess.run(
-        [str(CLI), "status", "--socket", f"unix:{BRIDGE_SOCKET}"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    return done.stdout
+    return bridge_cli("status").stdout
 
 
 def test_a_template_change_rolls_a_busy_node_after_its_job(

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+from tests.unit.fake_kube_api import FakeApiServer
+from tests.unit.mutual_tls import write_pki
 
 #: Read by the code under test (and by the fakes, which record the environment they are given).
 CALLER_SETTINGS = ("SLURM_CONF", "KUBECONFIG")
@@ -17,3 +22,19 @@ def _without_the_callers_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name in CALLER_SETTINGS or name.startswith(CALLER_SETTINGS_PREFIX):
             monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def api_server() -> Iterator[FakeApiServer]:
+    """A stub Kubernetes API server on a loopback port, for the adapter's write paths."""
+    fake = FakeApiServer()
+    yield fake
+    fake.close()
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The mutual-TLS certificates (see ``write_pki``), made once per test module."""
+    d = tmp_path_factory.mktemp("pki")
+    write_pki(d)
+    return d

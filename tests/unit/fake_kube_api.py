@@ -28,6 +28,9 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from bridge.adapters.kubernetes import PodGateway
+from bridge.adapters.kubernetes.gateway import CONCURRENCY
+
 Session = BaseException | Sequence[bytes | BaseException]
 
 
@@ -292,3 +295,10 @@ class FakeApiServer:
             self.hold.set()
         self._server.shutdown()
         self._server.server_close()
+
+
+def gateway_to(server: FakeApiServer, *, concurrency: int = CONCURRENCY) -> PodGateway:
+    """The real ``PodGateway`` (cluster ``lab``, namespace ``slurm``) talking HTTP to ``server``."""
+    return PodGateway(
+        server.core_api(), namespace="slurm", cluster_name="lab", concurrency=concurrency
+    )

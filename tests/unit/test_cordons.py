@@ -5,21 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from bridge.adapters.kubernetes import PodGateway
 from bridge.config import parse_config
 from bridge.cordons import CordonedNodes
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.reconcile import PowerDownAsap
 from bridge.errors import BackendError, Forbidden, TransientBackendError
 from bridge.service import BridgeService
-from tests.unit.fake_kube_api import Answer, FakeApiServer, status_answer
+from tests.unit.fake_kube_api import Answer, FakeApiServer, gateway_to, status_answer
 from tests.unit.fakes import MINIMAL_CONFIG, FakePods, FakeSlurm, Update
 
 NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
@@ -30,36 +28,27 @@ REASON = "k8s: Cordoned: kubernetes node kn-1 is cordoned; powered down when its
 # -- the adapter's list ----------------------------------------------------------------------------
 
 
-@pytest.fixture
-def server() -> Iterator[FakeApiServer]:
-    fake = FakeApiServer()
-    yield fake
-    fake.close()
-
-
-def gateway(server: FakeApiServer) -> PodGateway:
-    return PodGateway(server.core_api(), namespace="slurm", cluster_name="lab", concurrency=2)
-
-
-def test_the_cordon_list_asks_only_for_unschedulable_nodes(server: FakeApiServer) -> None:
+def test_the_cordon_list_asks_only_for_unschedulable_nodes(api_server: FakeApiServer) -> None:
     body = (
         b'{"kind":"NodeList","items":[{"metadata":{"name":"kn-1"}},{"metadata":{"name":"kn-4"}}]}'
     )
-    server.answer(f"GET {NODES}", Answer(200, body))
-    assert gateway(server).list_cordoned_nodes() == frozenset({"kn-1", "kn-4"})
-    (request,) = server.requests
+    api_server.answer(f"GET {NODES}", Answer(200, body))
+    assert gateway_to(api_server, concurrency=2).list_cordoned_nodes() == frozenset(
+        {"kn-1", "kn-4"}
+    )
+    (request,) = api_server.requests
     url = urlsplit(request.path)
     assert (request.method, url.path) == ("GET", NODES)
     assert parse_qs(url.query) == {"fieldSelector": ["spec.unschedulable=true"]}
     assert request.headers["authorization"] == "Bearer t0ken"
 
 
-def test_a_forbidden_cordon_list_is_forbidden(server: FakeApiServer) -> None:
+def test_a_forbidden_cordon_list_is_forbidden(api_server: FakeApiServer) -> None:
     message = 'nodes is forbidden: User "system:serviceaccount:slurm:slurm-k8s-bridge" cannot list'
-    server.answer(f"GET {NODES}", status_answer(403, "Forbidden", message))
+    api_server.answer(f"GET {NODES}", status_answer(403, "Forbidden", message))
     with pytest.raises(Forbidden, match="list cordoned nodes: forbidden: nodes is forbidden"):
-        gateway(server).list_cordoned_nodes()
-    assert len(server.requests) == 1  # a 403 is not retried
+        gateway_to(api_server, concurrency=2).list_cordoned_nodes()
+    assert len(api_server.requests) == 1  # a 403 is not retried
 
 
 # -- the reader ------------------------------------------------------------------------------------

@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from bridge.adapters.kubernetes import PodGateway
 from bridge.app import ensure_disruption_budgets
 from bridge.config import parse_config
 from bridge.domain.disruption_budget import render_disruption_budget, render_disruption_budgets
 from bridge.domain.pod_rendering import PodSettings
 from bridge.domain.pools import NodePool
 from bridge.errors import ConfigError, Forbidden
-from tests.unit.fake_kube_api import Answer, FakeApiServer, status_answer
+from tests.unit.fake_kube_api import Answer, FakeApiServer, gateway_to, status_answer
+from tests.unit.fakes import MINIMAL_CONFIG
 
 SETTINGS = PodSettings(namespace="slurm", cluster_name="lab", conf_server="10.213.0.1:6817")
 SELECTOR = {
@@ -70,18 +69,6 @@ def test_only_the_pools_that_ask_get_one() -> None:
     assert render_disruption_budgets(pools, SETTINGS) == [budget("lab-cpu", "cpu", 4)]
 
 
-POOLS = """\
-slurm:
-  conf_server: 10.213.0.1:6817
-pools:
-  - name: cpu
-    nodes: cpu-[0-3]
-    cpus: 2
-    real_memory_mb: 1024
-    image: localhost/slurmd:dev
-"""
-
-
 @pytest.mark.parametrize(
     ("line", "expected"),
     [
@@ -91,14 +78,14 @@ pools:
     ],
 )
 def test_the_pool_option(line: str, expected: bool) -> None:
-    config = parse_config(POOLS + line, "bridge.yaml")
+    config = parse_config(MINIMAL_CONFIG + line, "bridge.yaml")
     (cpu,) = config.pools
     assert cpu.disruption_budget is expected
 
 
 def test_the_pool_option_is_a_boolean() -> None:
     with pytest.raises(ConfigError, match=r"bridge.yaml:9: pools\[0\].disruption_budget"):
-        parse_config(POOLS + "    disruption_budget: yes please\n", "bridge.yaml")
+        parse_config(MINIMAL_CONFIG + "    disruption_budget: yes please\n", "bridge.yaml")
 
 
 # -- the adapter -----------------------------------------------------------------------------------
@@ -106,31 +93,20 @@ def test_the_pool_option_is_a_boolean() -> None:
 PDBS = "/apis/policy/v1/namespaces/slurm/poddisruptionbudgets"
 
 
-@pytest.fixture
-def server() -> Iterator[FakeApiServer]:
-    fake = FakeApiServer()
-    yield fake
-    fake.close()
-
-
-def gateway(server: FakeApiServer) -> PodGateway:
-    return PodGateway(server.core_api(), namespace="slurm", cluster_name="lab", concurrency=2)
-
-
-def test_a_missing_budget_is_created(server: FakeApiServer) -> None:
+def test_a_missing_budget_is_created(api_server: FakeApiServer) -> None:
     manifest = budget("lab-cpu", "cpu", 4)
-    assert gateway(server).ensure_disruption_budget(manifest) is True
-    (request,) = server.requests
+    assert gateway_to(api_server, concurrency=2).ensure_disruption_budget(manifest) is True
+    (request,) = api_server.requests
     assert (request.method, request.path) == ("POST", PDBS)
     assert json.loads(request.body) == manifest
 
 
-def test_an_existing_budget_is_patched_to_the_manifest(server: FakeApiServer) -> None:
-    server.answer(f"POST {PDBS}", status_answer(409, "AlreadyExists", "lab-cpu already exists"))
-    server.answer(f"PATCH {PDBS}/lab-cpu", Answer(200))
+def test_an_existing_budget_is_patched_to_the_manifest(api_server: FakeApiServer) -> None:
+    api_server.answer(f"POST {PDBS}", status_answer(409, "AlreadyExists", "lab-cpu already exists"))
+    api_server.answer(f"PATCH {PDBS}/lab-cpu", Answer(200))
     manifest = budget("lab-cpu", "cpu", 4)
-    assert gateway(server).ensure_disruption_budget(manifest) is False
-    _, patch = server.requests
+    assert gateway_to(api_server, concurrency=2).ensure_disruption_budget(manifest) is False
+    _, patch = api_server.requests
     assert (patch.method, patch.path) == ("PATCH", f"{PDBS}/lab-cpu")
     assert patch.headers["content-type"] == "application/merge-patch+json"
     assert json.loads(patch.body) == {
@@ -139,10 +115,10 @@ def test_an_existing_budget_is_patched_to_the_manifest(server: FakeApiServer) ->
     }
 
 
-def test_a_forbidden_budget_is_forbidden(server: FakeApiServer) -> None:
-    server.answer(f"POST {PDBS}", status_answer(403, "Forbidden", "cannot create"))
+def test_a_forbidden_budget_is_forbidden(api_server: FakeApiServer) -> None:
+    api_server.answer(f"POST {PDBS}", status_answer(403, "Forbidden", "cannot create"))
     with pytest.raises(Forbidden):
-        gateway(server).ensure_disruption_budget(budget("lab-cpu", "cpu", 4))
+        gateway_to(api_server, concurrency=2).ensure_disruption_budget(budget("lab-cpu", "cpu", 4))
 
 
 # -- at start --------------------------------------------------------------------------------------
@@ -165,7 +141,7 @@ class RecordingBudgets:
 
 TWO_POOLS = (
     "cluster_name: lab\n"
-    + POOLS
+    + MINIMAL_CONFIG
     + """\
     disruption_budget: true
   - name: big

@@ -84,45 +84,21 @@ def test_missing_access(rules: list[Mapping[str, Any]], missing: list[str]) -> N
     assert doctor.missing_access(rules) == missing
 
 
+#: A Role rule that names one Secret.
+ONE_SECRET_RULE = {
+    "verbs": ["get"],
+    "apiGroups": [""],
+    "resources": ["secrets"],
+    "resourceNames": ["slurm-munge-key"],
+}
+
+
 @pytest.mark.parametrize(
     ("rule", "verb", "resource", "name", "allowed"),
     [
-        (
-            {
-                "verbs": ["get"],
-                "apiGroups": [""],
-                "resources": ["secrets"],
-                "resourceNames": ["slurm-munge-key"],
-            },
-            "get",
-            "secrets",
-            "slurm-munge-key",
-            True,
-        ),
-        (
-            {
-                "verbs": ["get"],
-                "apiGroups": [""],
-                "resources": ["secrets"],
-                "resourceNames": ["slurm-munge-key"],
-            },
-            "get",
-            "secrets",
-            "other",
-            False,
-        ),
-        (
-            {
-                "verbs": ["get"],
-                "apiGroups": [""],
-                "resources": ["secrets"],
-                "resourceNames": ["slurm-munge-key"],
-            },
-            "get",
-            "secrets",
-            "",
-            False,
-        ),
+        (ONE_SECRET_RULE, "get", "secrets", "slurm-munge-key", True),
+        (ONE_SECRET_RULE, "get", "secrets", "other", False),
+        (ONE_SECRET_RULE, "get", "secrets", "", False),
         (
             {"verbs": ["get"], "apiGroups": [""], "resources": ["secrets"]},
             "get",

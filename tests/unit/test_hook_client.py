@@ -26,7 +26,7 @@ import pytest
 from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
 from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
 from bridge.wire import ERROR_METADATA_KEY
-from tests.unit.test_api import _make_ca, _make_cert
+from tests.unit.as_slurmctld import run_as_slurmctld
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGINS = REPO / "slurm_plugins"
@@ -150,17 +150,7 @@ class Site:
         else:
             cmd = [sys.executable, "-P", "-s", "-m", "bridge.hooks", *argv]
             full_env["PYTHONPATH"] = str(REPO)
-        if stderr_closed:  # slurmctld starts its programs with fd 2 closed
-            cmd = ["/bin/sh", "-c", '"$0" "$@" 2>&-', *cmd]
-        done = subprocess.run(
-            cmd,
-            env=full_env,
-            cwd=self.root,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        done = run_as_slurmctld(cmd, full_env, self.root, stderr_closed=stderr_closed)
         lines = log.read_text().splitlines() if log.exists() else []
         scontrol = (
             self.scontrol_argv.read_text().splitlines() if self.scontrol_argv.exists() else None
@@ -503,14 +493,8 @@ def test_hook_sh_picks_the_client(
     if hook_client is not None:
         lines.append(f"SKB_HOOK_CLIENT={hook_client}")
     (plugins / "hooks.env").write_text("\n".join(lines) + "\n")
-    done = subprocess.run(
-        [str(plugins / "resume"), "c1"],
-        env={"PWD": str(tmp_path), "SHLVL": "1"},
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
+    done = run_as_slurmctld(
+        [str(plugins / "resume"), "c1"], {"PWD": str(tmp_path), "SHLVL": "1"}, tmp_path
     )
     if expected == "go":
         assert done.returncode == 1, done.stderr
@@ -524,17 +508,6 @@ def test_hook_sh_picks_the_client(
 
 
 # --- TCP with mutual TLS ----------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("pki")
-    _make_ca(d, "ca")
-    _make_ca(d, "otherca")
-    _make_cert(d, "server", "ca", "IP:127.0.0.1,DNS:localhost")
-    _make_cert(d, "client", "ca", "DNS:slurmctld")
-    _make_cert(d, "rogue", "otherca", "DNS:rogue")
-    return d
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from bridge.client import NODE_EVENT_KINDS
 from bridge.domain import resume_file
 from bridge.domain.results import ErrorClass, NodeResult, Outcome
 from bridge.errors import InvalidInput
+from tests.unit.as_slurmctld import run_as_slurmctld
 from tests.unit.test_api import FakeUseCases
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,18 +72,8 @@ class Site:
         env = {"PWD": str(self.root), "SHLVL": "1", "SLURM_CONF": "/etc/slurm/slurm.conf"}
         if resume_file is not None:
             env["SLURM_RESUME_FILE"] = resume_file
-        if stderr_closed:  # slurmctld starts its programs with fd 2 closed
-            argv = ["/bin/sh", "-c", '"$0" "$@" 2>&-', str(self.hooks / name), *args]
-        else:
-            argv = [str(self.hooks / name), *args]
-        return subprocess.run(
-            argv,
-            env=env,
-            cwd=self.root,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
+        return run_as_slurmctld(
+            [str(self.hooks / name), *args], env, self.root, stderr_closed=stderr_closed
         )
 
     def scontrol_calls(self) -> list[str]:
@@ -557,14 +548,10 @@ def test_without_skb_python_the_checkouts_venv_is_used(tmp_path: Path) -> None:
     log = tmp_path / "hooks.log"
     hooks_env = f"SKB_HOOK_LOG={log}\nSKB_HOOK_CLIENT=python\n"  # not a built bin/skb-hook
     (repo / "slurm_plugins" / "hooks.env").write_text(hooks_env)
-    done = subprocess.run(
+    done = run_as_slurmctld(
         [str(repo / "slurm_plugins" / "suspend"), "c1"],
-        env={"PWD": str(tmp_path), "SHLVL": "1"},
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
+        {"PWD": str(tmp_path), "SHLVL": "1"},
+        tmp_path,
     )
     assert done.returncode == 1
     assert f"python={python}" in log.read_text()
@@ -594,15 +581,7 @@ def _run_entry(site: Site, script: Path, *args: str) -> subprocess.CompletedProc
         "SKB_HOOKS_ENV": str(site.hooks / "hooks.env"),
         "PYTHONPATH": str(REPO),  # where pip would have installed the package
     }
-    return subprocess.run(
-        [str(script), *args],
-        env=env,
-        cwd=site.root,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    return run_as_slurmctld([str(script), *args], env, site.root)
 
 
 @pytest.mark.usefixtures("server")

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bridge.adapters.kubernetes import PodGateway
 from bridge.config import parse_config
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.pod_slurm_state import (
@@ -36,7 +34,7 @@ from bridge.domain.reconcile import (
 )
 from bridge.errors import Forbidden
 from bridge.service import BridgeService
-from tests.unit.fake_kube_api import FakeApiServer, status_answer
+from tests.unit.fake_kube_api import FakeApiServer, gateway_to, status_answer
 from tests.unit.fakes import MINIMAL_CONFIG, FakePods, FakeSlurm
 
 NOW = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
@@ -398,13 +396,6 @@ def test_a_refused_patch_is_logged_and_retried_next_pass(caplog: pytest.LogCaptu
 # -- what the gateway sends ---------------------------------------------------------------------
 
 
-@pytest.fixture
-def server() -> Iterator[FakeApiServer]:
-    fake = FakeApiServer()
-    yield fake
-    fake.close()
-
-
 POD = "/api/v1/namespaces/slurm/pods/cpu-0"
 
 
@@ -423,13 +414,13 @@ POD = "/api/v1/namespaces/slurm/pods/cpu-0"
     ],
 )
 def test_the_gateway_patches_only_what_changed(
-    server: FakeApiServer, change: SetPodSlurmState, sent: list[tuple[str, str]]
+    api_server: FakeApiServer, change: SetPodSlurmState, sent: list[tuple[str, str]]
 ) -> None:
-    server.default = status_answer(200, "", "")
-    gateway = PodGateway(server.core_api(), namespace="slurm", cluster_name="lab")
+    api_server.default = status_answer(200, "", "")
+    gateway = gateway_to(api_server)
     assert gateway.set_slurm_states([change]) == {"cpu-0": True}
-    assert [(r.method, r.path) for r in server.requests] == sent
-    for request in server.requests:
+    assert [(r.method, r.path) for r in api_server.requests] == sent
+    for request in api_server.requests:
         body = json.loads(request.body)
         if request.path.endswith("/status"):
             assert request.headers["content-type"] == "application/strategic-merge-patch+json"
@@ -444,9 +435,9 @@ def test_the_gateway_patches_only_what_changed(
             }
 
 
-def test_a_patch_of_a_pod_that_is_gone_is_no_error(server: FakeApiServer) -> None:
-    server.answer(f"PATCH {POD}", status_answer(404, "NotFound", 'pods "cpu-0" not found'))
-    gateway = PodGateway(server.core_api(), namespace="slurm", cluster_name="lab")
+def test_a_patch_of_a_pod_that_is_gone_is_no_error(api_server: FakeApiServer) -> None:
+    api_server.answer(f"PATCH {POD}", status_answer(404, "NotFound", 'pods "cpu-0" not found'))
+    gateway = gateway_to(api_server)
     assert gateway.set_slurm_states([pod_state("idle", True, "allocated", True)]) == {
         "cpu-0": False
     }

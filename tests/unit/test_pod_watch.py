@@ -95,28 +95,35 @@ AFTER_THE_FAILURE = [
 ]
 
 
+#: How a transient watch failure is logged, before what the failure was.
+TRANSIENT = "pod watch failed (TransientBackendError), listing again in 0.01s: watch pods: "
+
+
+def after_cpu_0(failure: bytes | BaseException) -> Session:
+    """A first watch that delivers cpu-0's ADDED, then ends with ``failure``."""
+    return [event("ADDED", "cpu-0"), failure]
+
+
 @pytest.mark.parametrize(
     ("first_session", "level", "message"),
     [
         pytest.param(
-            [event("ADDED", "cpu-0"), GONE],
+            after_cpu_0(GONE),
             logging.INFO,
             "pod watch expired at resourceVersion 1, listing again in 0.00s: "
             "watch pods: ERROR event 410 Expired: too old resource version: 1 (2117)",
             id="error-event-410",
         ),
         pytest.param(
-            [event("ADDED", "cpu-0"), INTERNAL],
+            after_cpu_0(INTERNAL),
             logging.WARNING,
-            "pod watch failed (TransientBackendError), listing again in 0.01s: "
-            "watch pods: ERROR event 500 InternalError: etcdserver: request timed out",
+            TRANSIENT + "ERROR event 500 InternalError: etcdserver: request timed out",
             id="error-event-500",
         ),
         pytest.param(
-            [event("ADDED", "cpu-0"), line({"type": "ERROR", "object": {"message": "?"}})],
+            after_cpu_0(line({"type": "ERROR", "object": {"message": "?"}})),
             logging.WARNING,
-            "pod watch failed (TransientBackendError), listing again in 0.01s: "
-            "watch pods: ERROR event None None: ?",
+            TRANSIENT + "ERROR event None None: ?",
             id="error-event-without-status",
         ),
         pytest.param(
@@ -134,73 +141,64 @@ AFTER_THE_FAILURE = [
             id="http-403",
         ),
         pytest.param(
-            [event("ADDED", "cpu-0"), BROKEN],
+            after_cpu_0(BROKEN),
             logging.WARNING,
-            "pod watch failed (TransientBackendError), listing again in 0.01s: "
-            "watch pods: ProtocolError: Connection broken: InvalidChunkLength",
+            TRANSIENT + "ProtocolError: Connection broken: InvalidChunkLength",
             id="protocol-error",
         ),
         pytest.param(
-            [event("ADDED", "cpu-0"), ConnectionResetError(104, "Connection reset by peer")],
+            after_cpu_0(ConnectionResetError(104, "Connection reset by peer")),
             logging.WARNING,
-            "pod watch failed (TransientBackendError), listing again in 0.01s: "
-            "watch pods: ConnectionResetError: [Errno 104] Connection reset by peer",
+            TRANSIENT + "ConnectionResetError: [Errno 104] Connection reset by peer",
             id="connection-reset",
         ),
         pytest.param(
-            [
-                event("ADDED", "cpu-0"),
-                urllib3.exceptions.ReadTimeoutError(APISERVER, "/api/v1/pods", "Read timed out."),
-            ],
+            after_cpu_0(
+                urllib3.exceptions.ReadTimeoutError(APISERVER, "/api/v1/pods", "Read timed out.")
+            ),
             logging.WARNING,
-            "pod watch failed (TransientBackendError), listing again in 0.01s: "
-            "watch pods: ReadTimeoutError: HTTPSConnectionPool(host='127.0.0.1', port=6443): "
+            TRANSIENT + "ReadTimeoutError: HTTPSConnectionPool(host='127.0.0.1', port=6443): "
             "Read timed out.",
             id="read-timeout",
         ),
         pytest.param(
-            [event("ADDED", "cpu-0"), b'{"type": "ADDED", "object": {"metadata": {}}}\n'],
+            after_cpu_0(b'{"type": "ADDED", "object": {"metadata": {}}}\n'),
             logging.WARNING,
-            "pod watch failed (TransientBackendError), listing again in 0.01s: "
-            "watch pods: malformed ADDED event: KeyError: 'creationTimestamp'",
+            TRANSIENT + "malformed ADDED event: KeyError: 'creationTimestamp'",
             id="pod-without-keys",
         ),
         pytest.param(
-            [event("ADDED", "cpu-0"), b'{"type": "MODIFIED"}\n'],
+            after_cpu_0(b'{"type": "MODIFIED"}\n'),
             logging.WARNING,
-            "pod watch failed (TransientBackendError), listing again in 0.01s: "
-            'watch pods: malformed event: b\'{"type": "MODIFIED"}\'',
+            TRANSIENT + 'malformed event: b\'{"type": "MODIFIED"}\'',
             id="event-without-object",
         ),
         pytest.param(
-            [event("ADDED", "cpu-0"), b'["ADDED"]\n'],
+            after_cpu_0(b'["ADDED"]\n'),
             logging.WARNING,
-            "pod watch failed (TransientBackendError), listing again in 0.01s: "
-            "watch pods: malformed event: b'[\"ADDED\"]'",
+            TRANSIENT + "malformed event: b'[\"ADDED\"]'",
             id="event-not-a-dict",
         ),
         pytest.param(
-            [event("ADDED", "cpu-0"), b"<html>502 Bad Gateway</html>\n"],
+            after_cpu_0(b"<html>502 Bad Gateway</html>\n"),
             logging.WARNING,
-            "pod watch failed (TransientBackendError), listing again in 0.01s: "
-            "watch pods: event is not JSON: b'<html>502 Bad Gateway</html>'",
+            TRANSIENT + "event is not JSON: b'<html>502 Bad Gateway</html>'",
             id="not-json",
         ),
         pytest.param(
-            [event("ADDED", "cpu-0"), b'{"type": "ADDED", "obj'],
+            after_cpu_0(b'{"type": "ADDED", "obj'),
             logging.WARNING,
-            "pod watch failed (TransientBackendError), listing again in 0.01s: "
-            'watch pods: the stream ended inside an event: b\'{"type": "ADDED", "obj\'',
+            TRANSIENT + 'the stream ended inside an event: b\'{"type": "ADDED", "obj\'',
             id="cut-inside-an-event",
         ),
         pytest.param(
-            [event("ADDED", "cpu-0"), KeyError("raw_object")],
+            after_cpu_0(KeyError("raw_object")),
             logging.ERROR,
             "pod watch crashed, listing again in 0.01s",
             id="client-bug-keyerror",
         ),
         pytest.param(
-            [event("ADDED", "cpu-0"), RuntimeError("something the client never expected")],
+            after_cpu_0(RuntimeError("something the client never expected")),
             logging.ERROR,
             "pod watch crashed, listing again in 0.01s",
             id="client-bug-runtimeerror",

@@ -9,13 +9,11 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from bridge.adapters.kubernetes import PodGateway
 from bridge.adapters.kubernetes.calls import (
     MAX_RETRY_AFTER_S,
     call,
@@ -30,21 +28,10 @@ from bridge.errors import (
     InvalidInput,
     TransientBackendError,
 )
-from tests.unit.fake_kube_api import Answer, FakeApiServer, status_answer
+from tests.unit.fake_kube_api import Answer, FakeApiServer, gateway_to, status_answer
 
 PODS = "/api/v1/namespaces/slurm/pods"
 EVENTS = "/api/v1/namespaces/slurm/events"
-
-
-@pytest.fixture
-def server() -> Iterator[FakeApiServer]:
-    fake = FakeApiServer()
-    yield fake
-    fake.close()
-
-
-def gateway(server: FakeApiServer) -> PodGateway:
-    return PodGateway(server.core_api(), namespace="slurm", cluster_name="lab", concurrency=8)
 
 
 def manifest(name: str) -> dict[str, Any]:
@@ -56,21 +43,21 @@ def manifest(name: str) -> dict[str, Any]:
     }
 
 
-def posts(server: FakeApiServer, path: str) -> list[Any]:
-    return [r for r in server.requests if r.method == "POST" and r.path == path]
+def posts(api_server: FakeApiServer, path: str) -> list[Any]:
+    return [r for r in api_server.requests if r.method == "POST" and r.path == path]
 
 
 # -- creates ------------------------------------------------------------------------------------
 
 
 def test_a_create_sends_the_manifest_as_json_bytes_with_the_credentials(
-    server: FakeApiServer,
+    api_server: FakeApiServer,
 ) -> None:
     # The 201's body is not JSON here: the create must not parse what it does not need.
-    server.answer(f"POST {PODS}", Answer(201, b"not json: nobody reads this"))
-    assert gateway(server).create_pod(manifest("cpu-0")) is True
+    api_server.answer(f"POST {PODS}", Answer(201, b"not json: nobody reads this"))
+    assert gateway_to(api_server, concurrency=8).create_pod(manifest("cpu-0")) is True
 
-    (request,) = server.requests
+    (request,) = api_server.requests
     assert json.loads(request.body) == manifest("cpu-0")
     assert request.headers["content-type"] == "application/json"
     assert request.headers["authorization"] == "Bearer t0ken"
@@ -107,17 +94,17 @@ def test_a_create_sends_the_manifest_as_json_bytes_with_the_credentials(
     ],
 )
 def test_only_transient_create_failures_are_retried(
-    server: FakeApiServer, answers: list[Answer], expected: object, requests: int
+    api_server: FakeApiServer, answers: list[Answer], expected: object, requests: int
 ) -> None:
-    server.answer(f"POST {PODS}", *answers)
-    pods = gateway(server)
+    api_server.answer(f"POST {PODS}", *answers)
+    pods = gateway_to(api_server, concurrency=8)
     if isinstance(expected, bool):
         assert pods.create_pod(manifest("cpu-0")) is expected
     else:
         assert isinstance(expected, type)
         with pytest.raises(expected):
             pods.create_pod(manifest("cpu-0"))
-    assert len(posts(server, PODS)) == requests
+    assert len(posts(api_server, PODS)) == requests
 
 
 @pytest.mark.parametrize(
@@ -135,12 +122,12 @@ def test_only_transient_create_failures_are_retried(
     ],
 )
 def test_a_409_reads_the_pod_to_tell_ours_from_someone_elses(
-    server: FakeApiServer, labels: dict[str, str], expected: object
+    api_server: FakeApiServer, labels: dict[str, str], expected: object
 ) -> None:
-    server.answer(f"POST {PODS}", status_answer(409, "AlreadyExists", 'pods "cpu-0" exists'))
+    api_server.answer(f"POST {PODS}", status_answer(409, "AlreadyExists", 'pods "cpu-0" exists'))
     existing = {"metadata": {"name": "cpu-0", "labels": labels}}
-    server.answer(f"GET {PODS}/cpu-0", Answer(200, json.dumps(existing).encode()))
-    pods = gateway(server)
+    api_server.answer(f"GET {PODS}/cpu-0", Answer(200, json.dumps(existing).encode()))
+    pods = gateway_to(api_server, concurrency=8)
     if expected is False:
         assert pods.create_pod(manifest("cpu-0")) is False
     else:
@@ -148,11 +135,13 @@ def test_a_409_reads_the_pod_to_tell_ours_from_someone_elses(
             pods.create_pod(manifest("cpu-0"))
 
 
-def test_many_creates_go_out_in_parallel(server: FakeApiServer) -> None:
-    server.default = Answer(201)
-    outcome = gateway(server).create_pods([manifest(f"cpu-{n}") for n in range(40)])
+def test_many_creates_go_out_in_parallel(api_server: FakeApiServer) -> None:
+    api_server.default = Answer(201)
+    outcome = gateway_to(api_server, concurrency=8).create_pods(
+        [manifest(f"cpu-{n}") for n in range(40)]
+    )
     assert outcome == {f"cpu-{n}": True for n in range(40)}
-    assert sorted(json.loads(r.body)["metadata"]["name"] for r in server.requests) == sorted(
+    assert sorted(json.loads(r.body)["metadata"]["name"] for r in api_server.requests) == sorted(
         f"cpu-{n}" for n in range(40)
     )
 
@@ -188,31 +177,33 @@ def test_many_creates_go_out_in_parallel(server: FakeApiServer) -> None:
     ],
 )
 def test_a_delete_sends_its_options_as_json_bytes(
-    server: FakeApiServer,
+    api_server: FakeApiServer,
     asked: tuple[str, int | None],
     answer: Answer,
     expected: bool,
     options: dict[str, Any],
 ) -> None:
     """``asked``: the delete's UID precondition and grace period."""
-    server.answer(f"DELETE {PODS}/cpu-0", answer)
+    api_server.answer(f"DELETE {PODS}/cpu-0", answer)
     uid, grace = asked
-    assert gateway(server).delete_pod("cpu-0", uid, grace) is expected
-    (request,) = server.requests
+    assert gateway_to(api_server, concurrency=8).delete_pod("cpu-0", uid, grace) is expected
+    (request,) = api_server.requests
     assert request.method == "DELETE"
     assert json.loads(request.body) == {"apiVersion": "v1", "kind": "DeleteOptions", **options}
 
 
-def test_a_delete_that_keeps_failing_ends_within_its_budget(server: FakeApiServer) -> None:
-    server.default = status_answer(503, "ServiceUnavailable", "shutting down", ("Retry-After", "5"))
-    pods = gateway(server)
+def test_a_delete_that_keeps_failing_ends_within_its_budget(api_server: FakeApiServer) -> None:
+    api_server.default = status_answer(
+        503, "ServiceUnavailable", "shutting down", ("Retry-After", "5")
+    )
+    pods = gateway_to(api_server, concurrency=8)
     pods.delete_budget_s = 0.6
     started = time.monotonic()
     with pytest.raises(TransientBackendError, match="delete pod cpu-0: "):
         pods.delete_pod("cpu-0")
     assert time.monotonic() - started < 1.5
     # Retry-After (5 s) was cut to the budget: the first attempt and at most one more.
-    assert 1 <= len(server.requests) <= 2
+    assert 1 <= len(api_server.requests) <= 2
 
 
 # -- 429 and Retry-After ------------------------------------------------------------------------
@@ -233,11 +224,11 @@ def throttled(retry_after: str | None) -> Answer:
     ],
 )
 def test_a_429_is_retried_after_the_servers_retry_after(
-    server: FakeApiServer, retry_after: str | None, least_s: float, most_s: float
+    api_server: FakeApiServer, retry_after: str | None, least_s: float, most_s: float
 ) -> None:
-    server.answer(f"POST {PODS}", throttled(retry_after), Answer(201))
-    assert gateway(server).create_pod(manifest("cpu-0")) is True
-    first, second = posts(server, PODS)
+    api_server.answer(f"POST {PODS}", throttled(retry_after), Answer(201))
+    assert gateway_to(api_server, concurrency=8).create_pod(manifest("cpu-0")) is True
+    first, second = posts(api_server, PODS)
     assert least_s <= second.at - first.at < most_s
 
 
@@ -300,11 +291,11 @@ def test_retries_stop_after_four_attempts_whatever_retry_after_says() -> None:
 # -- Events -------------------------------------------------------------------------------------
 
 
-def test_an_event_is_sent_in_the_background_as_json(server: FakeApiServer) -> None:
-    pods = gateway(server)
+def test_an_event_is_sent_in_the_background_as_json(api_server: FakeApiServer) -> None:
+    pods = gateway_to(api_server, concurrency=8)
     pods.record_event("cpu-0", "SlurmResume", "Slurm resumed node cpu-0 (jobs 7)")
     assert pods.events.flush(5)
-    (request,) = posts(server, EVENTS)
+    (request,) = posts(api_server, EVENTS)
     event = json.loads(request.body)
     assert event["involvedObject"] == {
         "apiVersion": "v1",
@@ -316,27 +307,27 @@ def test_an_event_is_sent_in_the_background_as_json(server: FakeApiServer) -> No
     assert event["message"] == "Slurm resumed node cpu-0 (jobs 7)"
 
 
-def test_recording_events_never_waits_for_a_slow_api_server(server: FakeApiServer) -> None:
-    server.hold = threading.Event()
-    pods = gateway(server)
+def test_recording_events_never_waits_for_a_slow_api_server(api_server: FakeApiServer) -> None:
+    api_server.hold = threading.Event()
+    pods = gateway_to(api_server, concurrency=8)
     started = time.monotonic()
     for n in range(50):
         pods.record_event(f"cpu-{n}", "SlurmResume", "resumed")
     assert time.monotonic() - started < 0.5, "record_event waited for the API server"
-    server.hold.set()
+    api_server.hold.set()
     assert pods.events.flush(10)
-    assert len(posts(server, EVENTS)) == 50
+    assert len(posts(api_server, EVENTS)) == 50
 
 
 def test_a_failed_event_is_logged_and_the_rest_still_go_out(
-    server: FakeApiServer, caplog: pytest.LogCaptureFixture
+    api_server: FakeApiServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    server.answer(f"POST {EVENTS}", status_answer(403, "Forbidden", "events is forbidden"))
-    pods = gateway(server)
+    api_server.answer(f"POST {EVENTS}", status_answer(403, "Forbidden", "events is forbidden"))
+    pods = gateway_to(api_server, concurrency=8)
     pods.record_event("cpu-0", "SlurmNodeDown", "down", warning=True)
     pods.record_event("cpu-1", "SlurmNodeDown", "down", warning=True)
     assert pods.events.flush(5)
-    assert len(posts(server, EVENTS)) == 2
+    assert len(posts(api_server, EVENTS)) == 2
     assert "event SlurmNodeDown for pod cpu-0 not recorded" in caplog.text or (
         "event SlurmNodeDown for pod cpu-1 not recorded" in caplog.text
     )

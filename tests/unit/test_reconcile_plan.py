@@ -156,6 +156,12 @@ OURS = "k8s: ErrImagePull: pull access denied"
 CORDONED_KN_1 = "k8s: Cordoned: kubernetes node kn-1 is cordoned; powered down when its jobs end"
 ON_KN_1 = "k8s: pod cpu-0 on kn-1 ip 10.0.0.1"
 ADMIN = "maintenance: disk check"
+KN_1_CORDONED = frozenset({"kn-1"})
+#: What the plan does with cpu-0 whose pod runs on cordoned kn-1.
+POWER_DOWN_CORDONED = PowerDownAsap("cpu-0", CORDONED_KN_1)
+#: cpu-0's NodeAddr follows its pod's IP, and goes back to its name when the pod is gone.
+TO_POD_IP = SetAddress("cpu-0", "10.213.0.7", "pod cpu-0 has IP 10.213.0.7")
+BACK_TO_NAME = SetAddress("cpu-0", "cpu-0", "no pod: 10.213.0.7 is no longer its IP")
 
 CASES = [
     # -- node powered down or powering down, pod: delete once older than the age guard ----------
@@ -367,29 +373,29 @@ CASES = [
         "cordoned-host+busy:power-down-asap",
         [node("cpu-0", "ALLOCATED", comment=ON_KN_1)],
         [pod("cpu-0", host="kn-1")],
-        [PowerDownAsap("cpu-0", CORDONED_KN_1)],
-        cordoned=frozenset({"kn-1"}),
+        [POWER_DOWN_CORDONED],
+        cordoned=KN_1_CORDONED,
     ),
     Case(
         "cordoned-host+idle:power-down-asap",
         [node("cpu-0", "IDLE", comment=ON_KN_1)],
         [pod("cpu-0", host="kn-1")],
-        [PowerDownAsap("cpu-0", CORDONED_KN_1)],
-        cordoned=frozenset({"kn-1"}),
+        [POWER_DOWN_CORDONED],
+        cordoned=KN_1_CORDONED,
     ),
     Case(
         "cordoned-host+already-queued-with-our-reason:nothing",
         [node("cpu-0", "ALLOCATED", "DRAIN", "POWER_DOWN", reason=CORDONED_KN_1, comment=ON_KN_1)],
         [pod("cpu-0", host="kn-1")],
         [],
-        cordoned=frozenset({"kn-1"}),
+        cordoned=KN_1_CORDONED,
     ),
     Case(
         "cordoned-host+admin-drain:not-over-it",
         [node("cpu-0", "ALLOCATED", "DRAIN", reason=ADMIN, comment=ON_KN_1)],
         [pod("cpu-0", host="kn-1")],
         [],
-        cordoned=frozenset({"kn-1"}),
+        cordoned=KN_1_CORDONED,
     ),
     Case(
         "other-host-cordoned:nothing",
@@ -403,14 +409,14 @@ CASES = [
         [node("cpu-0", "ALLOCATED")],
         [pod("cpu-0", host="kn-1", deleting=True, failure=DELETED)],
         fail_fast("cpu-0", DELETED, delete=False),
-        cordoned=frozenset({"kn-1"}),
+        cordoned=KN_1_CORDONED,
     ),
     Case(
         "cordoned-host+powering-down:delete-not-drain",
         [node("cpu-0", "IDLE", "POWERING_DOWN", reason=CORDONED_KN_1)],
         [pod("cpu-0", host="kn-1")],
         [DeletePod("cpu-0", "Slurm node is powering down")],
-        cordoned=frozenset({"kn-1"}),
+        cordoned=KN_1_CORDONED,
     ),
     # -- node up, no pod: DOWN with PodMissing, power down -------------------------------------
     Case(
@@ -617,19 +623,19 @@ CASES = [
         "up+nodeaddr-is-the-name:set-pod-ip",
         [node("cpu-0", "ALLOCATED", address="cpu-0")],
         [pod("cpu-0", ip="10.213.0.7")],
-        [SetAddress("cpu-0", "10.213.0.7", "pod cpu-0 has IP 10.213.0.7")],
+        [TO_POD_IP],
     ),
     Case(
         "powering-up+pod-ip-known:set-it-before-registration",
         [node("cpu-0", "ALLOCATED", "POWERING_UP", address="cpu-0")],
         [pod("cpu-0", ip="10.213.0.7")],
-        [SetAddress("cpu-0", "10.213.0.7", "pod cpu-0 has IP 10.213.0.7")],
+        [TO_POD_IP],
     ),
     Case(
         "up+nodeaddr-is-an-old-ip:set-pod-ip",
         [node("cpu-0", "IDLE", address="10.213.0.3")],
         [pod("cpu-0", ip="10.213.0.7")],
-        [SetAddress("cpu-0", "10.213.0.7", "pod cpu-0 has IP 10.213.0.7")],
+        [TO_POD_IP],
     ),
     Case(
         "up+nodeaddr-right:nothing",
@@ -641,14 +647,14 @@ CASES = [
         "powered-down+no-pod+old-ip:back-to-the-name",
         [node("cpu-0", "IDLE", "POWERED_DOWN", address="10.213.0.7")],
         [],
-        [SetAddress("cpu-0", "cpu-0", "no pod: 10.213.0.7 is no longer its IP")],
+        [BACK_TO_NAME],
     ),
     Case(
         "powered-down+pod-still-there+old-ip:pod-first",
         [node("cpu-0", "IDLE", "POWERED_DOWN", address="10.213.0.7")],
         [pod("cpu-0", ip="10.213.0.7", uid="u-1")],
         [DeletePod("cpu-0", "Slurm node is powered down", "u-1")],
-        then=[SetAddress("cpu-0", "cpu-0", "no pod: 10.213.0.7 is no longer its IP")],
+        then=[BACK_TO_NAME],
     ),
     Case(
         "powering-up+pending-pod-without-ip:leave-the-name",
