@@ -145,6 +145,8 @@ class Harness:
         self.last: dict[str, Any] = {}
         self.up_since: dict[str, float] = {}
         self.apiserver_pid = State(self.layout).running("kube-apiserver")
+        # More `bridge:` settings for the second bridge (bench/pod_state_patches.py: its metrics).
+        self.bridge_settings: dict[str, Any] = {}
 
     # ---------------------------------------------------------------- commands
     def slurm_env(self) -> dict[str, str]:
@@ -349,11 +351,14 @@ class Harness:
                 "kind": "Role",
                 "metadata": {"name": SERVICE_ACCOUNT, **meta},
                 "rules": [
+                    # As deploy/kustomize/base/rbac.yaml: the state label and the registered
+                    # condition are patches (pods, pods/status).
                     {
                         "apiGroups": [""],
                         "resources": ["pods"],
-                        "verbs": ["get", "list", "watch", "create", "delete"],
+                        "verbs": ["get", "list", "watch", "create", "delete", "patch"],
                     },
+                    {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
                     {
                         "apiGroups": ["", "events.k8s.io"],
                         "resources": ["events"],
@@ -475,6 +480,7 @@ class Harness:
                 "failed_node_hold_s": FAILED_NODE_HOLD_S,
                 "create_concurrency": 16,
                 "log_format": "text",
+                **self.bridge_settings,
             },
             "pools": [
                 {
