@@ -11,7 +11,10 @@ changing for at least 3 reconcile passes:
 1. power up all N (``state=power_up``): pods are created and run on kwok; the nodes stay
    POWERING_UP (no slurmd): label and condition appear;
 2. ``state=drain reason=bench`` on all N (a POWERING_UP node stays ``powering-up``: power
-   transitions win in bridge/domain/pod_slurm_state.py, so no label should change);
+   transitions win in bridge/domain/pod_slurm_state.py, so no label should change). No Slurm
+   22.05 transition changes the word of a POWERING_UP node while its pod stays: that takes a
+   slurmd registering (node_mgr.c clears POWERING_UP only then, or on a power down), and kwok
+   pods run none (``down`` keeps the flag too);
 3. quiet: nothing done; no patch expected;
 4. power down (``power_down_force``): pods deleted; no patch expected.
 
@@ -300,8 +303,14 @@ class PatchCount:
                 last.status_patches,
                 last.state_actions,
             )
-            if moved or not ready(self.shown()):
+            shown = self.shown()
+            if moved or not ready(shown):
                 quiet_since = now.passes
+                progress(
+                    f"  {len(shown)} pods; so far {now.label_patches:.0f} label and "
+                    f"{now.status_patches:.0f} status PATCH requests (apiserver, all clients), "
+                    f"{now.state_actions:.0f} SetPodSlurmState actions"
+                )
             last = now
             if now.passes - quiet_since >= QUIET_PASSES:
                 return now
