@@ -31,6 +31,9 @@ class ProvingGround:
             "KUBECONFIG": str(self.layout.kubeconfig),
         }
         programs = slurm.ground_programs(self.layout)
+        # The bridge CLIs the tests run (status, doctor, render-slurm-conf) use the ground's
+        # clients, as the ground's bridge does (bridge.yaml says /usr/bin, the host's 22.05).
+        env["SKB_SLURM_BIN_DIR"] = str(programs.bin_dir)
         if not programs.on_host:  # Slurm of another series: its clients first on PATH
             env["PATH"] = f"{programs.bin_dir}:{env.get('PATH', '/usr/bin:/bin')}"
         return env
