@@ -274,7 +274,8 @@ def restart_slurmctld(pg: ProvingGround) -> float:
 
 def job_restarts(pg: ProvingGround, job: int) -> int:
     """How often Slurm requeued ``job`` (``restart_cnt`` of ``squeue --json``)."""
-    doc = json.loads(pg.slurm("squeue", "--json", "-j", str(job)))
+    # --states=all: 24.11 and later list a finished job only when asked for every state.
+    doc = json.loads(pg.slurm("squeue", "--json", "--states=all", f"--jobs={job}"))
     (entry,) = [j for j in doc["jobs"] if j["job_id"] == job]
     return int(entry["restart_cnt"])
 

@@ -38,7 +38,8 @@ AUTOSCALED = "slurm-k8s-bridge.io/autoscaled"
 
 def slurm_node(pg: ProvingGround, name: str) -> SlurmNode:
     """The node as the bridge reads it (address and Comment included, any Slurm series)."""
-    (found,) = [n for n in SlurmCli(conf=str(pg.layout.slurm_conf)).list_nodes() if n.name == name]
+    cli = SlurmCli(str(slurm.ground_programs(pg.layout).bin_dir), conf=str(pg.layout.slurm_conf))
+    (found,) = [n for n in cli.list_nodes() if n.name == name]
     return found
 
 

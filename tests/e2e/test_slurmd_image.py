@@ -65,7 +65,7 @@ def test_proving_ground_runs_the_containerfile_build(proving_ground: ProvingGrou
         check=True,
     ).stdout.splitlines()
     targets = {line.split()[0]: line.split()[2] for line in listed[1:] if line.strip()}
-    current = images.slurmd_recipe(images.GROUND_SLURM).reference()
+    current = images.slurmd_recipe(proving_ground.series).reference()
     assert current in targets, f"{current} not imported; run `make up`"
     assert targets.get(images.SLURMD_IMAGE_DEV) == targets[current]
 
