@@ -4,9 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PG := PYTHONPATH=deploy/local $(PY) -m proving_ground
-# SLURM=24.11 or 26.05 (make up, demo, test): the proving ground's Slurm series; 22.05 (the
-# host's) when unset. The others run from a cached Debian root (deploy/local/proving_ground/
-# slurm_series.py).
+# SLURM=22.05 or 24.11 (make up, demo, test): the proving ground's Slurm series; 26.05 (from
+# Debian sid) when unset. 24.11 and 26.05 run from a cached Debian root, 22.05 is the host's
+# (deploy/local/proving_ground/slurm_series.py).
 ifdef SLURM
 export SKB_SLURM := $(SLURM)
 endif
@@ -96,7 +96,7 @@ chaos: deps venv hook-client ## fault storms on kwok nodes (~15 min; CHAOS_ARGS=
 	fi; exit $$rc
 
 image: ## slurmd image of a Slurm series (deploy/images/slurmd): SLURM=24.11 [REGISTRY=host/path PUSH=1] [BASE=image]
-	@PYTHONPATH=deploy/local $(PYTHON) -m proving_ground.images -v --slurm $(or $(SLURM),22.05) \
+	@PYTHONPATH=deploy/local $(PYTHON) -m proving_ground.images -v --slurm $(or $(SLURM),26.05) \
 		$(if $(REGISTRY),--registry $(REGISTRY)) $(if $(filter 1 yes true,$(PUSH)),--push) \
 		$(if $(BASE),--base $(BASE))
 

@@ -2,12 +2,13 @@
 on a local debootstrap base (no registry): it carries the series it is named for, honours the
 contract the bridge renders pods against, and is what the proving ground's kubelet runs.
 
-Fast on a warm cache: `make up` has built the ground's series (22.05) already, so nothing is
-rebuilt here. Other series are checked only when their image is cached (`make image SLURM=24.11`,
-~45 s cold) or when SKB_BUILD_ALL_SERIES=1 asks this test to build them; otherwise they skip,
-so `make test` never pays for a debootstrap of trixie or sid. A cached non-default series also
-joins a throwaway slurmctld of its own series (configless, munge) in a podman pod and runs a step,
-and does the same with auth/slurm (no munge), configless and with a mounted slurm.conf.
+Fast on a warm cache: `make up` has built the ground's series (26.05 by default) already, so
+nothing is rebuilt here. Other series are checked only when their image is cached (`make image
+SLURM=24.11`, ~45 s cold) or when SKB_BUILD_ALL_SERIES=1 asks this test to build them; otherwise
+they skip, so `make test` never pays for a base image of another suite. A cached non-default
+series also joins a throwaway slurmctld of its own series (configless, munge) in a podman pod and
+runs a step, and does the same with auth/slurm (no munge), configless and with a mounted
+slurm.conf.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from proving_ground import images
+from proving_ground import images, slurm_series
 
 from bridge.domain import pod_rendering
 from tests.conftest import ProvingGround
@@ -45,13 +46,15 @@ def _series(version_line: str) -> str:
 
 
 def test_ground_series_image_reports_the_ground_slurm(proving_ground: ProvingGround) -> None:
-    reference = images.build_slurmd_image(proving_ground.layout, images.GROUND_SLURM)
-    assert reference == images.slurmd_recipe(images.GROUND_SLURM).reference()
+    series = proving_ground.series
+    reference = images.build_slurmd_image(proving_ground.layout, series)
+    assert reference == images.slurmd_recipe(series).reference()
     line = images.slurmd_version(reference)
-    assert _series(line) == "22.05", line
-    # The same series as the ground's slurmctld, which refuses slurmds of a newer protocol.
-    host = proving_ground.slurm("slurmctld", "-V")
-    assert _series(host) == _series(line), (host, line)
+    assert _series(line) == series, line
+    # The same series as the ground's Slurm (its clients print slurmctld's package version),
+    # whose slurmctld refuses slurmds of a newer protocol.
+    ground = proving_ground.slurm("sinfo", "-V")
+    assert _series(ground) == _series(line), (ground, line)
 
 
 def test_proving_ground_runs_the_containerfile_build(proving_ground: ProvingGround) -> None:
@@ -223,7 +226,7 @@ def test_other_series_image_registers_with_its_slurmctld(
 
 # auth/slurm (a shared slurm.key, no munge) came with Slurm 23.11: 22.05's packages have no
 # auth_slurm.so. CredType=cred/slurm too, else job credentials still need munge.
-AUTH_SLURM_SERIES = [s for s in OTHER_SERIES if s != "22.05"]
+AUTH_SLURM_SERIES = sorted(set(images.SLURM_SUITES) - slurm_series.WITHOUT_AUTH_SLURM)
 _AUTH_SLURM_CONF = _SLURM_CONF.replace(
     "AuthType=auth/munge\n", "AuthType=auth/slurm\nCredType=cred/slurm\n"
 )

@@ -15,7 +15,8 @@ from .processes import ProvingGroundError
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="proving_ground",
-        description="A real Slurm (slurmctld 22.05) and a real Kubernetes (etcd, kube-apiserver, "
+        description="A real Slurm (slurmctld 26.05 unless SLURM=22.05|24.11) and a real Kubernetes "
+        "(etcd, kube-apiserver, "
         "controller-manager, scheduler, a kubelet with containerd, kwok nodes) on this machine, "
         "built offline and cached. State, logs and PIDs: .local/; binaries and images: "
         "~/.cache/slurm-k8s-bridge (SKB_CACHE_DIR).",

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from .layout import Layout, repo_root
 from .processes import ProvingGroundError, run
+from .slurm_series import DEFAULT_SERIES
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,8 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEBIAN_SECURITY_MIRROR = "http://deb.debian.org/debian-security"
 #: Slurm series -> the Debian suite that packages it (``apt-cache policy slurmd`` per suite).
 SLURM_SUITES = {"22.05": "bookworm", "24.11": "trixie", "26.05": "sid"}
-#: The proving ground's slurmctld is the host's (bookworm): its slurmd pods run this series.
-GROUND_SLURM = "22.05"
+#: The series the proving ground runs by default (``make image`` builds it without SLURM=).
+GROUND_SLURM = DEFAULT_SERIES
 #: Suites that get -updates and -security next to the release (sid has neither).
 _STABLE_SUITES = {"bookworm", "trixie"}
 
