@@ -52,10 +52,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "deploy" / "local"))
 
-from proving_ground import ground
+from proving_ground import ground, images
 from proving_ground.layout import APISERVER_PORT, HOST_IP, MUNGE_SOCKET, Layout
 from proving_ground.processes import State
 from proving_ground.slurm import controller_lines, render_options
+from proving_ground.slurm_series import HOST_SERIES
 
 from bridge.config import load_config
 from bridge.domain.hostlist import expand
@@ -461,7 +462,9 @@ class Harness:
                 ],
             }
         }
-        image = "localhost/slurm-k8s-bridge/slurmd:dev"
+        # This cluster's slurmctld is the host's (22.05) whatever series the ground runs, and a
+        # slurmd may not be newer than its slurmctld: the real nodes run that series' build.
+        image = images.slurmd_series_reference(HOST_SERIES)
         config = {
             "cluster_name": CLUSTER,
             "kubernetes": {"namespace": NAMESPACE, "kubeconfig": str(self.kubeconfig)},
@@ -530,7 +533,7 @@ class Harness:
                 source="bench/chaos.py",
                 # The proving ground's own render options (Slurm 22.05), with our timers.
                 **{
-                    **render_options("22.05"),
+                    **render_options(HOST_SERIES),
                     "suspend_time": 30,
                     "suspend_timeout": SUSPEND_TIMEOUT,
                     "resume_timeout": self.resume_timeout,
@@ -558,6 +561,8 @@ class Harness:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.write_hosts()
         self.kube_objects()
+        ctr = ["ctr", "--address", str(self.layout.containerd_socket)]
+        images.import_series_image(self.layout, ctr, HOST_SERIES)
         self.write_configs()
         self.start_slurmctld()
         self.start_bridge()
