@@ -59,6 +59,20 @@ contexts:
 current-context: bridge
 """)
     bridge_kubeconfig(layout).chmod(0o600)
+    # Pods name no ServiceAccount, so the API server admits them only once the controller
+    # manager has made the namespace's "default" one: seen in CI, the first resume right after
+    # `make up` was refused ("serviceaccount "default" not found") and its nodes set DOWN.
+    wait_until(
+        f"ServiceAccount default in namespace {NAMESPACE}",
+        lambda: bool(
+            kube.kubectl(
+                layout, "-n", NAMESPACE, "get", "serviceaccount", "default",
+                "--ignore-not-found", "-o", "name",
+            ).strip()
+        ),
+        timeout_s=60,
+        log_path=layout.logs / "kube-controller-manager.log",
+    )  # fmt: skip
 
 
 def create_munge_secret(layout: Layout, namespace: str, key: Path) -> None:
