@@ -341,7 +341,20 @@ class Harness:
         meta = {"namespace": NAMESPACE, "labels": labels}
         key = self.layout.munge_key.read_bytes()
         objects: list[dict[str, Any]] = [
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                # The ground's admission guard (deploy/kustomize/namespace) checks the bridge's
+                # pods in every namespace against that namespace's allow-lists: without them it
+                # refused every pod here, and the storm ran on nodes that were only set DOWN.
+                "metadata": {
+                    "name": NAMESPACE,
+                    "annotations": {
+                        "slurm-k8s-bridge.io/allowed-images": "localhost/slurm-k8s-bridge/slurmd:*",
+                        "slurm-k8s-bridge.io/allowed-host-paths": "/var/lib/slurm-k8s-bridge",
+                    },
+                },
+            },
             {
                 "apiVersion": "v1",
                 "kind": "ServiceAccount",
@@ -969,7 +982,11 @@ class Harness:
 
     def failed(self) -> bool:
         c = self.counts
-        return bool(c.orphans or c.duplicates or c.stuck or c.down_no_reason or c.wrongly_deleted)
+        # A storm that never saw a pod proves nothing (seen: every pod refused by admission).
+        no_pods = not c.pods_seen
+        return bool(
+            c.orphans or c.duplicates or c.stuck or c.down_no_reason or c.wrongly_deleted or no_pods
+        )
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
