@@ -11,7 +11,7 @@ Who feeds what:
   the pod and node gauges, and the Slurm states that end the resume latency's later stages);
 * the pod watcher (``bridge.app``): a pod seen Running;
 * the adapters, through :class:`~bridge.adapters.call_counters.CallCounters`: backend errors and
-  retries.
+  retries, and the patches that show Slurm's state on the pods (label, ``registered`` condition).
 
 The registry is the instance's, not prometheus_client's global one, so tests (and two bridges in
 one process) never collide on a metric name.
@@ -53,6 +53,8 @@ MAX_PENDING = 100_000
 
 #: From the hook's call to a first job: seconds to minutes (image pulls, node autoscaling).
 _LATENCY_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200)
+#: The parts of a pod that show its node's Slurm state, each written by a patch of its own.
+POD_STATE_PARTS = ("label", "condition")
 #: A pass is milliseconds at a few nodes and about a second at 10,000 (issue 11's bench).
 _PASS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -150,8 +152,17 @@ class BridgeMetrics:
             ["backend"],
             registry=r,
         )
+        self.pod_state_patches = Counter(
+            PREFIX + "pod_state_patches",
+            "Patches the API server accepted that show a node's Slurm state on its pod, by the "
+            "part written: the state label, or the registered condition (pods/status)",
+            ["part"],
+            registry=r,
+        )
         for stage in STAGES:  # every stage is a series from the start, zero until observed
             self.resume_latency.labels(stage)
+        for part in POD_STATE_PARTS:  # "none yet" reads 0, not absent
+            self.pod_state_patches.labels(part)
         self._max_pending = max_pending
         self._pending: dict[str, _Pending] = {}
         self._lock = threading.Lock()
@@ -262,6 +273,10 @@ class BridgeMetrics:
     def backend_retry(self, backend: str) -> None:
         """A call to ``backend`` is tried again after a transient error."""
         self.backend_retries.labels(backend).inc()
+
+    def pod_state_patched(self, part: str) -> None:
+        """A patch of ``part`` (label, condition) of a pod's Slurm state was accepted."""
+        self.pod_state_patches.labels(part).inc()
 
     # -- the endpoint ----------------------------------------------------------------------------
 

@@ -8,11 +8,12 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from proving_ground.bridge_daemon import BRIDGE_SOCKET, start_bridge
+from proving_ground.bridge_daemon import BRIDGE_SOCKET, metrics_url, start_bridge
 from proving_ground.processes import State, stop_daemon
 from proving_ground.slurm import start_slurm
 
@@ -314,3 +315,32 @@ def pod_condition(pg: ProvingGround, name: str, kind: str) -> dict[str, Any]:
         if condition.get("type") == kind:
             return dict(condition)
     return {}
+
+
+#: One scrape of the ground's bridge metrics: (sample name, sorted labels) → value.
+Scrape = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def bridge_metrics(pg: ProvingGround) -> Scrape:
+    """What the ground's bridge serves at its metrics endpoint (``make status`` names it)."""
+    from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
+
+    url = metrics_url(pg.layout)
+    if not url.startswith("http://"):
+        raise AssertionError(f"the ground's bridge serves no metrics: {url}")
+    with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 (http, checked)
+        text = response.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def metric_total(scrape: Scrape, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
+    return sum(
+        value
+        for (sample, have), value in scrape.items()
+        if sample == name and set(labels.items()) <= set(have)
+    )

@@ -9,11 +9,14 @@ from bridge.errors import BridgeError
 
 
 class CallCounters(Protocol):
-    """Counts a backend's failed calls and retried attempts; ``backend`` is kubernetes or slurm."""
+    """Counts a backend's failed calls and retried attempts (``backend`` is kubernetes or
+    slurm), and the pod writes that show Slurm's state (``part`` is label or condition)."""
 
     def backend_error(self, backend: str, kind: str) -> None: ...
 
     def backend_retry(self, backend: str) -> None: ...
+
+    def pod_state_patched(self, part: str) -> None: ...
 
 
 def error_kind(error: BridgeError) -> str:

@@ -220,7 +220,8 @@ def _render_sharing_the_template(
         dns["searches"] = [settings.node_domain, *searches]
         spec["dnsConfig"] = dns
     # Ready only once slurmd registered: the reconciler sets the condition from Slurm's view.
-    # (kwok sets every gate's condition True itself; the bridge then corrects it once.)
+    # (kwok's default pod stage sets every gate's condition True; the proving ground's kwok
+    # leaves them alone, as a kubelet does: deploy/local/proving_ground/kwok-pod-stages.yaml.)
     gates = [
         g
         for g in spec.get("readinessGates") or []

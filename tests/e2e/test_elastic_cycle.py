@@ -13,9 +13,11 @@ import pytest
 
 from tests.cluster import (
     SHARED,
+    bridge_metrics,
     bridge_pid,
     job_finished,
     job_state,
+    metric_total,
     node,
     pods,
     restart_bridge,
@@ -29,6 +31,9 @@ from tests.cluster import (
 from tests.conftest import ProvingGround, Use
 
 pytestmark = pytest.mark.e2e
+
+#: Every bridge metric's prefix.
+P = "slurm_k8s_bridge_"
 
 
 def _submit_srun_hostname(pg: ProvingGround, partition: str, nodes: str, out: Path) -> int:
@@ -69,7 +74,40 @@ def _run_two_node_job(pg: ProvingGround, partition: str, nodes: str, names: list
 
 
 def test_job_scales_pods_up_and_back_down(proving_ground: ProvingGround, use: Use) -> None:
+    before = bridge_metrics(proving_ground)
     two_node_job_cycle(proving_ground, use)
+    after = bridge_metrics(proving_ground)
+
+    def moved(name: str, **labels: str) -> float:
+        return metric_total(after, name, **labels) - metric_total(before, name, **labels)
+
+    # What the cycle must show in the metrics (issue 13), as deltas: the bridge outlives tests.
+    moves = {
+        ("rpc_calls_total", "rpc=ResumeNodes"): moved(P + "rpc_calls_total", rpc="ResumeNodes"),
+        ("rpc_calls_total", "rpc=SuspendNodes"): moved(P + "rpc_calls_total", rpc="SuspendNodes"),
+        **{
+            ("resume_latency_seconds_count", f"stage={stage}"): moved(
+                P + "resume_latency_seconds_count", stage=stage
+            )
+            # Not job_started: a pass sees a job only if it outlasts the reconcile interval,
+            # and ``srun hostname`` does not (the demo's ``sleep 15`` job does).
+            for stage in ("pod_running", "node_registered")
+        },
+        ("reconcile_pass_seconds_count", ""): moved(P + "reconcile_pass_seconds_count"),
+        ("reconcile_actions_total", "action=SetPodSlurmState"): moved(
+            P + "reconcile_actions_total", action="SetPodSlurmState"
+        ),
+        ("pod_state_patches_total", "part=label"): moved(
+            P + "pod_state_patches_total", part="label"
+        ),
+        ("pod_state_patches_total", "part=condition"): moved(
+            P + "pod_state_patches_total", part="condition"
+        ),
+    }
+    print("metrics moved by the cycle:", moves)
+    still = {k: v for k, v in moves.items() if v < 2}
+    assert not still, f"each moves at least once per node (2 nodes): {still}"
+    assert metric_total(after, P + "nodes") > 0, "the nodes gauge counts the pools' nodes"
 
 
 def two_node_job_cycle(pg: ProvingGround, use: Use) -> None:
@@ -109,6 +147,8 @@ def broken_pool_cycle(pg: ProvingGround, use: Use, tmp_path: Path) -> None:
     """A pod that cannot run: the node DOWN with Kubernetes' reason, the job requeued, the node
     back to idle~, and the job run once the pool's image is fixed."""
     use("broken-1")
+    counted = (P + "fail_fast_total", {"reason": "ErrImageNeverPull"})
+    fail_fasts_before = metric_total(bridge_metrics(pg), counted[0], **counted[1])
     out = SHARED / "e2e-broken-%j.out"
     job = submit(
         pg,
@@ -124,6 +164,8 @@ def broken_pool_cycle(pg: ProvingGround, use: Use, tmp_path: Path) -> None:
     )
     down = wait_down(pg, "broken-1", 60)
     assert down["Reason"].startswith("k8s: ErrImageNeverPull:"), down["Reason"]
+    fail_fasts = metric_total(bridge_metrics(pg), counted[0], **counted[1])
+    assert fail_fasts - fail_fasts_before >= 1, "the fail-fast is counted by its reason's kind"
     wait_for("job requeued", lambda: job_state(pg, job) == "PENDING" or None, 30)
     # It returns to idle~ by itself once the hold (failed_node_hold_s: 20 s) is over.
     wait_for(

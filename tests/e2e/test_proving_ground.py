@@ -195,6 +195,53 @@ def test_500_pods_on_kwok_nodes_run_and_go(proving_ground: ProvingGround) -> Non
         pg.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
+def test_kwok_leaves_a_readiness_gate_to_its_owner(proving_ground: ProvingGround) -> None:
+    """A kubelet never writes a custom readiness gate's condition; the ground's kwok must not
+    either (kwok's default pod stage sets it True), or the bridge's ``registered`` condition has
+    two writers on kwok and the patch count at scale measures their fight."""
+    pg = proving_ground
+    namespace = "pg-gate"
+    gate = "example.com/owned-by-the-test"
+    pg.kubectl("create", "namespace", namespace, check=False)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "gated", "namespace": namespace},
+        "spec": {
+            "nodeSelector": {"type": "kwok"},
+            "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists"}],
+            "readinessGates": [{"conditionType": gate}],
+            "containers": [{"name": "c", "image": "localhost/fake:1"}],
+        },
+    }
+
+    def status() -> dict[str, object]:
+        raw = pg.kubectl("-n", namespace, "get", "pod", "gated", "-o", "json")
+        found: dict[str, object] = json.loads(raw).get("status") or {}
+        return found
+
+    def conditions() -> dict[str, str]:
+        listed = status().get("conditions") or []
+        assert isinstance(listed, list)
+        return {c["type"]: c["status"] for c in listed}
+
+    try:
+        pg.kubectl("apply", "-f", "-", input_text=json.dumps(pod))
+        wait_for("the gated pod Running on kwok", lambda: status().get("phase") == "Running", 60)
+        assert gate not in conditions(), conditions()
+        # Its owner writes it; kwok's later passes keep it as written.
+        owned = {"status": {"conditions": [{"type": gate, "status": "False"}]}}
+        pg.kubectl(
+            "-n", namespace, "patch", "pod", "gated", "--subresource=status",
+            "--type=strategic", "-p", json.dumps(owned),
+        )  # fmt: skip
+        time.sleep(5)
+        assert conditions()[gate] == "False", conditions()
+        assert conditions()["ContainersReady"] == "True", "kwok still runs the pod"
+    finally:
+        pg.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
 def test_rbac_is_enforced_for_a_namespaced_service_account(proving_ground: ProvingGround) -> None:
     pg = proving_ground
     namespace = "pg-rbac"

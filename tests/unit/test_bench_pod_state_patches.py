@@ -51,6 +51,8 @@ slurm_k8s_bridge_reconcile_actions_total{action="PowerDown"} 12.0
 slurm_k8s_bridge_reconcile_actions_created{action="SetPodSlurmState"} 1.7e+09
 slurm_k8s_bridge_reconcile_pass_seconds_count 42.0
 slurm_k8s_bridge_reconcile_pass_seconds_sum 3.5
+slurm_k8s_bridge_pod_state_patches_total{part="label"} 998.0
+slurm_k8s_bridge_pod_state_patches_total{part="condition"} 1000.0
 """
 
 
@@ -81,7 +83,9 @@ def test_sample_sum(text: str, name: str, labels: dict[str, str], expected: floa
 
 
 def test_counters_from_the_two_scrapes() -> None:
-    assert pod_state_patches.counters(APISERVER, BRIDGE) == Counters(1003, 2000, 1500, 42)
+    assert pod_state_patches.counters(APISERVER, BRIDGE) == Counters(
+        1003, 2000, 998, 1000, 1500, 42
+    )
 
 
 def _pod(name: str, word: str | None, registered: str | None, deleting: bool = False) -> Any:
@@ -148,13 +152,17 @@ def test_per_transition_and_budget(
 @pytest.mark.parametrize(
     ("phase", "ok"),
     [
-        # kwok's status patches inflate the apiserver's count; the bridge's actions bound it.
-        (Phase("1 power_up", 1000, 1000, 1000, Counters(1000, 2000, 1000, 4)), True),
-        (Phase("1 power_up", 1000, 1000, 1000, Counters(1001, 1000, 1000, 4)), False),
-        (Phase("1 power_up", 1000, 1000, 1000, Counters(1000, 2000, 2000, 4)), False),
-        (Phase("3 quiet", 1000, 0, 0, Counters(0, 0, 0, 3)), True),
-        (Phase("3 quiet", 1000, 0, 0, Counters(1, 0, 0, 3)), False),
-        (Phase("4 power_down_force", 1000, 0, 0, Counters(0, 5, 0, 6)), True),
+        # kwok's status patches inflate the apiserver's count; the verdict reads the bridge's.
+        (Phase("1 power_up", 1000, 1000, 1000, Counters(1000, 2000, 1000, 1000, 1000, 4)), True),
+        (Phase("1 power_up", 1000, 1000, 1000, Counters(1001, 2000, 1001, 1000, 1000, 4)), False),
+        (Phase("1 power_up", 1000, 1000, 1000, Counters(1000, 2500, 1000, 1500, 1500, 4)), False),
+        # Another client's label patch is not the bridge's.
+        (Phase("3 quiet", 1000, 0, 0, Counters(1, 0, 0, 0, 0, 3)), True),
+        (Phase("3 quiet", 1000, 0, 0, Counters(1, 0, 1, 0, 1, 3)), False),
+        (Phase("4 power_down_force", 1000, 0, 0, Counters(0, 5, 0, 0, 0, 6)), True),
+        # The bridge claims patches the apiserver never answered: its count is not believed.
+        (Phase("1 power_up", 1000, 1000, 1000, Counters(900, 2000, 1000, 1000, 1000, 4)), False),
+        (Phase("1 power_up", 1000, 1000, 1000, Counters(1000, 999, 1000, 1000, 1000, 4)), False),
     ],
 )
 def test_phase_verdict(phase: Phase, ok: bool) -> None:
@@ -162,21 +170,28 @@ def test_phase_verdict(phase: Phase, ok: bool) -> None:
 
 
 def test_counters_minus() -> None:
-    assert Counters(10, 20, 30, 40).minus(Counters(1, 2, 3, 4)) == Counters(9, 18, 27, 36)
+    later, earlier = Counters(10, 20, 30, 40, 50, 60), Counters(1, 2, 3, 4, 5, 6)
+    assert later.minus(earlier) == Counters(9, 18, 27, 36, 45, 54)
 
 
 def test_table_and_bench_rows_name_every_phase() -> None:
     phases = [
-        Phase("1 power_up", 3, 3, 3, Counters(3, 6, 3, 4)),
-        Phase("3 quiet", 3, 0, 0, Counters(1, 0, 0, 3)),
+        Phase("1 power_up", 3, 3, 3, Counters(3, 6, 3, 3, 3, 4)),
+        Phase("3 quiet", 3, 0, 0, Counters(1, 0, 1, 0, 1, 3)),
+        Phase("4 power_down_force", 3, 0, 0, Counters(0, 0, 0, 2, 0, 3)),
     ]
     text = pod_state_patches.table(phases)
     assert "1 power_up" in text
     assert "1 (no transition)" in text
     assert text.splitlines()[2].split()[-1] == "yes"
     assert text.splitlines()[3].split()[-1] == "NO"
+    assert text.splitlines()[4].endswith("NO (apiserver saw fewer)")
     rows = pod_state_patches.table_lines(phases, 3)
-    assert [r[3] for r in rows] == ["1.00 / 1.00", "1 (no transition) / 0 (no transition) OVER"]
+    assert [r[3] for r in rows] == [
+        "1.00 / 1.00",
+        "1 (no transition) / 0 (no transition) OVER",
+        "0 (no transition) / 2 (no transition) OVER",
+    ]
 
 
 @pytest.mark.parametrize(("argv", "nodes"), [([], 1000), (["--nodes", "200"], 200)])
@@ -193,5 +208,8 @@ def test_the_bridges_own_metrics_read_as_the_bench_reads_them() -> None:
     metrics = BridgeMetrics()
     for _ in range(3):
         metrics.reconcile_pass(0.01, [SetPodSlurmState("chaos-0", "powering-up", False), object()])
+    metrics.pod_state_patched("label")
+    metrics.pod_state_patched("condition")
+    metrics.pod_state_patched("condition")
     text = generate_latest(metrics.registry).decode()
-    assert pod_state_patches.counters("", text) == Counters(0, 0, 3, 3)
+    assert pod_state_patches.counters("", text) == Counters(0, 0, 1, 2, 3, 3)

@@ -441,6 +441,7 @@ def test_the_endpoint_on_port_0_lists_every_metric() -> None:
     metrics.reconcile_pass(0.01, [MarkDown("a", "k8s: x")])
     metrics.backend_error("slurm", "BackendError")
     metrics.backend_retry("kubernetes")
+    metrics.pod_state_patched("label")
     server = metrics.serve("127.0.0.1:0")
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=5) as r:
@@ -453,7 +454,7 @@ def test_the_endpoint_on_port_0_lists_every_metric() -> None:
     suffix = {"counter": "_total", "histogram": "_bucket", "gauge": ""}
     wanted = {m.name + suffix[m.type] for m in metrics.registry.collect()}
     assert wanted <= scraped
-    assert len(wanted) == len(metrics.names()) == 9
+    assert len(wanted) == len(metrics.names()) == 10
     assert 'slurm_k8s_bridge_fail_fast_total{reason="Unschedulable"} 1.0' in body
 
 

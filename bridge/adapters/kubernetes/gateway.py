@@ -261,19 +261,25 @@ class PodGateway:
         """
         name = change.node
         path = f"/api/v1/namespaces/{self.namespace}/pods/{quote(name, safe='')}"
-        patches: list[tuple[str, str, str, dict[str, Any]]] = []
+        patches: list[tuple[str, str, str, str, dict[str, Any]]] = []
         if change.label_changes:
             label = {"metadata": {"labels": {LABEL_SLURM_STATE: change.state}}}
-            patches.append((f"label pod {name}", path, MERGE_PATCH, label))
+            patches.append(("label", f"label pod {name}", path, MERGE_PATCH, label))
         if change.condition_changes:
             now = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
             condition = registered_condition(name, change.state, change.registered, now)
             status = {"status": {"conditions": [condition]}}
             patches.append(
-                (f"condition of pod {name}", f"{path}/status", STRATEGIC_MERGE_PATCH, status)
+                (
+                    "condition",
+                    f"condition of pod {name}",
+                    f"{path}/status",
+                    STRATEGIC_MERGE_PATCH,
+                    status,
+                )
             )
         try:
-            for what, where, kind, patch in patches:
+            for part, what, where, kind, patch in patches:
                 body = json.dumps(patch, separators=(",", ":")).encode()
                 self._call(
                     what,
@@ -287,6 +293,8 @@ class PodGateway:
                         content_type=kind,
                     ),
                 )
+                if self.counters is not None:
+                    self.counters.pod_state_patched(part)
         except BackendError as e:
             if is_not_found(e):
                 return False

@@ -7,11 +7,12 @@ import json
 import re
 import subprocess
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from . import ground, kube
-from .bridge_daemon import SHARED_DIR
+from .bridge_daemon import SHARED_DIR, metrics_url
 from .layout import NAMESPACE, Layout
 from .slurm import SUSPEND_TIME, running_series, slurm_env
 
@@ -192,6 +193,8 @@ def run_demo(layout: Layout) -> int:
         time.sleep(1)
     watch.hook_times()
     _summary(layout, watch, jobs, env)
+    _metrics_summary(layout)
+    _try_next(layout)
     return 0
 
 
@@ -237,6 +240,45 @@ def _summary(layout: Layout, watch: Watch, jobs: list[int], env: dict[str, str])
             f"{_fmt(t.job_start, t.hook):>10} {_fmt(t.suspended, t.hook):>10}"
             f" {_fmt(t.job_start, t.slurm_up):>21}"
         )
+
+
+#: Samples shown per metric family: the busiest series first.
+SHOWN_SERIES = 4
+
+
+def _metrics_summary(layout: Layout) -> None:
+    """Each bridge metric family's total after the run, and its busiest series (what a
+    Prometheus scraping the bridge now holds)."""
+    from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
+
+    url = metrics_url(layout)
+    if not url.startswith("http://"):
+        print(f"\n==> metrics: {url}")
+        return
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 (http, checked)
+            text = response.read().decode()
+    except OSError as e:
+        print(f"\n==> metrics: {url} did not answer: {e}")
+        return
+    print(f"\n==> the bridge's metrics (curl {url}): totals, busiest series")
+    for family in text_string_to_metric_families(text):
+        # The parser reads a counter's _created timestamps as families of their own.
+        if not family.name.startswith("slurm_k8s_bridge_") or family.name.endswith("_created"):
+            continue
+        # A counter's _total, a histogram's _count, a gauge's value: one number per series.
+        wanted = {"counter": "_total", "histogram": "_count"}.get(family.type, "")
+        series = [s for s in family.samples if s.name == family.name + wanted]
+        total = sum(s.value for s in series)
+        busiest = sorted((s for s in series if s.value), key=lambda s: -s.value)[:SHOWN_SERIES]
+        shown = ", ".join(
+            f"{','.join(f'{k}={v}' for k, v in s.labels.items()) or 'all'}: {s.value:g}"
+            for s in busiest
+        )
+        print(f"  {family.name + wanted:55} {total:>7g}  {shown}")
+
+
+def _try_next(layout: Layout) -> None:
     print(f"""
 ==> the proving ground stays up. Try:
   source {layout.local / "env"}

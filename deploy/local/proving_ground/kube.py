@@ -32,6 +32,8 @@ APISERVER_URL = f"https://127.0.0.1:{APISERVER_PORT}"
 #: Labels and taint that keep ordinary pods off the simulated nodes.
 KWOK_LABEL = ("type", "kwok")
 KWOK_TAINT = ("kwok.x-k8s.io/node", "fake")
+#: kwok's pod lifecycle on the ground: its defaults, but readiness gates left to their owners.
+KWOK_POD_STAGES = Path(__file__).resolve().with_name("kwok-pod-stages.yaml")
 
 
 def _https_ok(layout: Layout, url: str) -> bool:
@@ -400,6 +402,8 @@ def start_kwok(layout: Layout, state: State) -> None:
             "--cidr=10.215.0.0/16",
             "--node-ip=10.215.255.254",
             "--node-lease-duration-seconds=40",
+            # Its pod stages without the one write no kubelet makes (see the file).
+            f"--config={KWOK_POD_STAGES}",
         ],
         log_dir=layout.logs,
     )
