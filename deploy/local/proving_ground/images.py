@@ -440,7 +440,8 @@ def import_images(layout: Layout, ctr: list[str], series: str = GROUND_SLURM) ->
     """Import each archive into containerd's k8s.io namespace unless it is there already, point
     ``slurmd:dev`` (what the ground's bridge config names) and the series tags at the slurmd
     build of ``series``, and remove the slurmd builds no series uses any more."""
-    # One listing serves both the import and the clean-up: nothing else imports in between.
+    # One listing serves the import and the clean-up. It is taken before the archives are built:
+    # an image another process imports meanwhile is only imported once more.
     listed = _containerd_images(ctr)
     series_reference = import_series_image(layout, ctr, series, listed)
     run([*ctr, "-n", "k8s.io", "images", "tag", "--force", series_reference, SLURMD_IMAGE_DEV])
