@@ -1,6 +1,9 @@
 # slurm-k8s-bridge — the two commands are `make demo` and `make test`; both set everything up.
 SHELL := /bin/bash
-PYTHON ?= python3
+# The venv's base: Debian's python3 when there is one, not whichever python3 is first on PATH (a
+# pyenv python under /root can shadow it, and a venv built from that cannot be run by other uids,
+# e.g. tests/unit/test_peer_gate.py's callers as nobody). PYTHON=/path/to/python3 overrides.
+PYTHON ?= $(or $(wildcard /usr/bin/python3),python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 PG := PYTHONPATH=deploy/local $(PY) -m proving_ground

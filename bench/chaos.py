@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "deploy" / "local"))
@@ -76,6 +78,12 @@ RECONCILE_S = 5
 POD_AGE_GUARD_S = 10
 FAILED_NODE_HOLD_S = 20
 POLL_S = 2.0
+#: The ground's namespace: its annotations are the admission guard's allow-lists.
+NAMESPACE_MANIFEST = ROOT / "deploy" / "kustomize" / "namespace" / "namespace.yaml"
+ALLOW_LIST_PREFIX = "slurm-k8s-bridge.io/allowed-"
+#: What deploy/kustomize/namespace/admission-policy.yaml reads; a namespace without one of them
+#: gets no bridge pod at all.
+ALLOW_LISTS = (f"{ALLOW_LIST_PREFIX}images", f"{ALLOW_LIST_PREFIX}host-paths")
 
 
 def say(message: str) -> None:
@@ -94,6 +102,27 @@ def proc_start(pid: int) -> str | None:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
     except (OSError, IndexError):
         return None
+
+
+def allow_list_annotations(manifest: Path = NAMESPACE_MANIFEST) -> dict[str, str]:
+    """The ``slurm-k8s-bridge.io/allowed-*`` annotations of the ground's namespace manifest:
+    chaos's namespace carries the same, since the admission guard checks the bridge's pods in
+    every namespace against that namespace's allow-lists."""
+    document = yaml.safe_load(manifest.read_text())
+    metadata = document.get("metadata") if isinstance(document, dict) else None
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    found = {
+        str(name): str(value)
+        for name, value in (annotations if isinstance(annotations, dict) else {}).items()
+        if str(name).startswith(ALLOW_LIST_PREFIX)
+    }
+    missing = [name for name in ALLOW_LISTS if name not in found]
+    if missing:
+        raise RuntimeError(
+            f"{manifest}: metadata.annotations has no {', '.join(missing)}: the admission guard "
+            f"would refuse every bridge pod in namespace {NAMESPACE}"
+        )
+    return found
 
 
 @dataclass
@@ -347,13 +376,7 @@ class Harness:
                 # The ground's admission guard (deploy/kustomize/namespace) checks the bridge's
                 # pods in every namespace against that namespace's allow-lists: without them it
                 # refused every pod here, and the storm ran on nodes that were only set DOWN.
-                "metadata": {
-                    "name": NAMESPACE,
-                    "annotations": {
-                        "slurm-k8s-bridge.io/allowed-images": "localhost/slurm-k8s-bridge/slurmd:*",
-                        "slurm-k8s-bridge.io/allowed-host-paths": "/var/lib/slurm-k8s-bridge",
-                    },
-                },
+                "metadata": {"name": NAMESPACE, "annotations": allow_list_annotations()},
             },
             {
                 "apiVersion": "v1",

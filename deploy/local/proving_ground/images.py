@@ -27,7 +27,7 @@ import tarfile
 import tempfile
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -384,10 +384,14 @@ def ensure_archives(layout: Layout, series: str = GROUND_SLURM) -> dict[str, Pat
     return result
 
 
-def _import_archives(ctr: list[str], archives: dict[str, Path]) -> str:
-    """Import into containerd's k8s.io namespace what is not there yet; returns the slurmd
-    build's reference."""
-    listed = run([*ctr, "-n", "k8s.io", "images", "ls", "-q"]).stdout.split()
+def _containerd_images(ctr: list[str]) -> list[str]:
+    """The references in containerd's k8s.io namespace."""
+    return run([*ctr, "-n", "k8s.io", "images", "ls", "-q"]).stdout.split()
+
+
+def _import_archives(ctr: list[str], archives: dict[str, Path], listed: Collection[str]) -> str:
+    """Import into containerd's k8s.io namespace what ``listed`` (its images) lacks; returns the
+    slurmd build's reference."""
     slurmd = ""
     for reference, archive in archives.items():
         if reference.startswith(f"{SLURMD_IMAGE}:"):
@@ -410,30 +414,38 @@ def _tag_series(ctr: list[str], slurmd: str, series: str) -> None:
         run([*ctr, "-n", "k8s.io", "images", "tag", "--force", slurmd, tag])
 
 
-def import_series_image(layout: Layout, ctr: list[str], series: str) -> str:
+def import_series_image(
+    layout: Layout, ctr: list[str], series: str, listed: Collection[str] | None = None
+) -> str:
     """The slurmd build of ``series`` in containerd under its series tags, whatever series the
     ground runs (the compose setup's slurmctld is the bridge image's series, and a slurmd may
-    not be newer than its slurmctld); returns ``slurmd:<series>``."""
+    not be newer than its slurmctld); returns ``slurmd:<series>``. ``listed``: containerd's
+    images, when the caller has listed them already (None: listed here)."""
     archives = ensure_archives(layout, series)
-    _tag_series(ctr, _import_archives(ctr, archives), series)
+    if listed is None:
+        listed = _containerd_images(ctr)
+    _tag_series(ctr, _import_archives(ctr, archives, listed), series)
     return slurmd_series_reference(series)
 
 
-def import_images(layout: Layout, ctr: list[str], series: str = GROUND_SLURM) -> None:
-    """Import each archive into containerd's k8s.io namespace unless it is there already, and
-    point ``slurmd:dev`` (what the ground's bridge config names) and the series tags at the
-    slurmd build of ``series``."""
-    listed = run([*ctr, "-n", "k8s.io", "images", "ls", "-q"]).stdout.split()
-    slurmd = _import_archives(ctr, ensure_archives(layout, series))
-    run([*ctr, "-n", "k8s.io", "images", "tag", "--force", slurmd, SLURMD_IMAGE_DEV])
-    _tag_series(ctr, slurmd, series)
+def stale_slurmd_builds(listed: Iterable[str]) -> list[str]:
+    """The slurmd builds in ``listed`` that are no series' current recipe."""
     # The current build of every series stays: switching series then imports nothing.
     current = {slurmd_recipe(s).reference() for s in SLURM_SUITES}
-    stale = [
-        ref
-        for ref in listed
-        if re.fullmatch(re.escape(SLURMD_IMAGE) + r":[0-9a-f]{12}", ref) and ref not in current
-    ]
+    build = re.compile(re.escape(SLURMD_IMAGE) + r":[0-9a-f]{12}")
+    return [ref for ref in listed if build.fullmatch(ref) and ref not in current]
+
+
+def import_images(layout: Layout, ctr: list[str], series: str = GROUND_SLURM) -> None:
+    """Import each archive into containerd's k8s.io namespace unless it is there already, point
+    ``slurmd:dev`` (what the ground's bridge config names) and the series tags at the slurmd
+    build of ``series``, and remove the slurmd builds no series uses any more."""
+    # One listing serves the import and the clean-up. It is taken before the archives are built:
+    # an image another process imports meanwhile is only imported once more.
+    listed = _containerd_images(ctr)
+    series_reference = import_series_image(layout, ctr, series, listed)
+    run([*ctr, "-n", "k8s.io", "images", "tag", "--force", series_reference, SLURMD_IMAGE_DEV])
+    stale = stale_slurmd_builds(listed)
     if stale:
         # Each build is ~150 MB; running containers keep their snapshots regardless.
         run([*ctr, "-n", "k8s.io", "images", "rm", *stale], check=False)
