@@ -47,6 +47,7 @@ TABLE='
 /usr/sbin/chroot                   coreutils     # pip inside the bridge image root
 /usr/bin/unshare                   util-linux    # Slurm 24.11/26.05 programs (slurm_series.py)
 /usr/bin/python3                   python3-minimal  # slurm_plugins/hook.sh without a venv
+/usr/lib/python3.11/ensurepip/__main__.py  python3.11-venv  # make venv: python3 -m venv needs ensurepip
 /usr/bin/podman                    podman        # the compose path
 /usr/bin/conmon                    conmon        # run by podman
 /usr/bin/podman-compose            podman-compose
@@ -55,11 +56,13 @@ TABLE='
 '
 rows() { sed -e 's/#.*//' -e '/^[[:space:]]*$/d' <<<"$TABLE"; }
 
-# Rows whose executable is absent or not an executable file under $1 (a prefix, "" = /).
+# Rows whose executable is absent or not an executable file under $1 (a prefix, "" = /). A
+# Python module (*.py) is run by python, not exec'd: it only has to be there.
 missing_rows() {
   local prefix=$1 path package
   while read -r path package; do
-    [ -f "$prefix$path" ] && [ -x "$prefix$path" ] || echo "$path $package"
+    [ -f "$prefix$path" ] && { [ -x "$prefix$path" ] || [[ $path == *.py ]]; } \
+      || echo "$path $package"
   done < <(rows)
 }
 

@@ -33,6 +33,8 @@ def listed_rows() -> dict[str, str]:
         # namespace (unshare), then chrooted into their root.
         ("/usr/bin/unshare", "util-linux"),
         ("/usr/sbin/chroot", "coreutils"),
+        # make venv: Debian's python3 has no ensurepip without it (a fresh machine's first step).
+        ("/usr/lib/python3.11/ensurepip/__main__.py", "python3.11-venv"),
     ],
 )
 def test_the_proving_grounds_executables_are_in_the_table(path: str, package: str) -> None:
