@@ -344,3 +344,18 @@ def metric_total(scrape: Scrape, name: str, **labels: str) -> float:
         for (sample, have), value in scrape.items()
         if sample == name and set(labels.items()) <= set(have)
     )
+
+
+def run_bench(script: str, *args: str, timeout: float) -> str:
+    """``bench/<script>`` run as ``make bench``/``make chaos`` run it (this interpreter, its own
+    process); its output, stdout then stderr. A non-zero exit fails, with that output."""
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve().parents[1] / "bench" / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, f"bench/{script} exited {done.returncode}:\n{output}"
+    return output

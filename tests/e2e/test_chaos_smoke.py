@@ -7,17 +7,14 @@ smoke proves the harness and the bridge's behaviour under each fault on every te
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from tests.cluster import run_bench
 from tests.conftest import ProvingGround
 
 pytestmark = pytest.mark.e2e
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
@@ -25,25 +22,17 @@ def test_one_round_of_faults_leaves_no_orphans_duplicates_or_stuck_nodes(
     proving_ground: ProvingGround,
 ) -> None:
     started = time.monotonic()
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "chaos.py"),
-            "--rounds=1",
-            "--nodes=20",
-            "--fault-seconds=5",
-            "--faults-per-round=4",
-            "--real-jobs=2",
-            "--settle-seconds=120",
-            "--seed=11",
-        ],
-        capture_output=True,
-        text=True,
+    output = run_bench(
+        "chaos.py",
+        "--rounds=1",
+        "--nodes=20",
+        "--fault-seconds=5",
+        "--faults-per-round=4",
+        "--real-jobs=2",
+        "--settle-seconds=120",
+        "--seed=11",
         timeout=420,
-        check=False,
     )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output
     table = output[output.index("chaos: results") :]
     for row in (
         "orphan pods",

@@ -7,17 +7,14 @@ second writer of the readiness gate) are proven on every test run.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from tests.cluster import run_bench
 from tests.conftest import ProvingGround
 
 pytestmark = pytest.mark.e2e
-ROOT = Path(__file__).resolve().parents[2]
 NODES = 50
 
 
@@ -27,20 +24,9 @@ def test_fifty_pods_cost_one_patch_per_transition_and_none_when_quiet(
 ) -> None:
     del proving_ground  # started by the fixture; the bench adds its own second cluster
     started = time.monotonic()
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "pod_state_patches.py"),
-            f"--nodes={NODES}",
-            "--phase-timeout=180",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+    output = run_bench(
+        "pod_state_patches.py", f"--nodes={NODES}", "--phase-timeout=180", timeout=600
     )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output
     rows = {
         line.split("  ")[0]: line.split()
         for line in output.splitlines()
