@@ -13,6 +13,7 @@ import pytest
 
 from tests.cluster import (
     SHARED,
+    bridge_cli,
     bridge_metrics,
     bridge_pid,
     job_finished,
@@ -50,6 +51,16 @@ def _submit_srun_hostname(pg: ProvingGround, partition: str, nodes: str, out: Pa
         "--wrap",
         "srun hostname",
     )
+
+
+def _stuck_nodes(hostlist: str) -> list[str]:
+    """The stuck nodes ``status HOSTLIST --json`` names; its exit status must agree (1 when
+    one is stuck, else 0)."""
+    done = bridge_cli("status", hostlist, "--json")
+    assert done.returncode in (0, 1), done
+    stuck = [entry["node"] for entry in json.loads(done.stdout)["stuck"]]
+    assert done.returncode == (1 if stuck else 0), done
+    return stuck
 
 
 def _run_two_node_job(pg: ProvingGround, partition: str, nodes: str, names: list[str]) -> float:
@@ -166,6 +177,8 @@ def broken_pool_cycle(pg: ProvingGround, use: Use, tmp_path: Path) -> None:
     assert down["Reason"].startswith("k8s: ErrImageNeverPull:"), down["Reason"]
     fail_fasts = metric_total(bridge_metrics(pg), counted[0], **counted[1])
     assert fail_fasts - fail_fasts_before >= 1, "the fail-fast is counted by its reason's kind"
+    # `status` is what cron and monitoring run: a node DOWN with our reason is stuck at once.
+    assert _stuck_nodes("broken-1") == ["broken-1"]
     wait_for("job requeued", lambda: job_state(pg, job) == "PENDING" or None, 30)
     # It returns to idle~ by itself once the hold (failed_node_hold_s: 20 s) is over.
     wait_for(
@@ -180,6 +193,7 @@ def broken_pool_cycle(pg: ProvingGround, use: Use, tmp_path: Path) -> None:
         90,
         every=1,
     )
+    assert _stuck_nodes("broken-1") == [], "back at idle~, nothing is stuck"
     # Fix the pool's image in the configuration and restart the bridge (it reads it at start).
     config = (pg.layout.root / "deploy/local/bridge.yaml").read_text()
     fixed = tmp_path / "bridge.yaml"
