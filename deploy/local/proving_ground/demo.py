@@ -93,15 +93,16 @@ class Watch:
     def times(self, node: str) -> NodeTimes:
         return self.nodes.setdefault(node, NodeTimes())
 
-    def snapshot(self, jobs: list[int]) -> tuple[str, dict[int, str]]:
+    def snapshot(self, jobs: list[int], *, pods_why_not: str = "") -> tuple[str, dict[int, str]]:
         """One timeline line, and each node's steps seen in it. The steps are read against
         their causal order (job, node, pod), all stamped with one time: a step seen in a look
-        implies that the ones before it are seen in the same look, so none reads as later."""
+        implies that the ones before it are seen in the same look, so none reads as later.
+        With ``pods_why_not`` the pods are not looked at (kubectl would hang) and it says why."""
         now = self.elapsed()
         job_states = self.job_states(jobs, now)
         queue = " ".join(f"{job}:{state}" for job, state in job_states.items())
         nodes = self.slurm_nodes(now)
-        pods = self._pods(now)
+        pods = f"({pods_why_not})" if pods_why_not else self._pods(now)
         return f"nodes: {nodes:<32} | jobs: {queue:<40} | pods: {pods}", job_states
 
     def _pods(self, now: float) -> str:
@@ -332,13 +333,8 @@ def _hung_apiserver(watch: Watch, env: dict[str, str]) -> tuple[int, bool]:
         job = _sbatch(env, *HUNG_JOB)
         resumes = time.monotonic() + HUNG_S
         while time.monotonic() < resumes:
-            # No kubectl now: it would hang too. Slurm's side alone.
-            now = watch.elapsed()
-            queue = " ".join(f"{j}:{s}" for j, s in watch.job_states([job], now).items())
-            nodes = watch.slurm_nodes(now)
-            watch.print_if_changed(
-                f"nodes: {nodes:<32} | jobs: {queue:<40} | pods: (kube-apiserver stopped)"
-            )
+            line, _ = watch.snapshot([job], pods_why_not="kube-apiserver stopped")
+            watch.print_if_changed(line)
             time.sleep(1)
     finally:
         os.kill(pid, signal.SIGCONT)
