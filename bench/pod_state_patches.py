@@ -16,7 +16,10 @@ changing for at least 3 reconcile passes:
    slurmd registering (node_mgr.c clears POWERING_UP only then, or on a power down), and kwok
    pods run none (``down`` keeps the flag too);
 3. quiet: nothing done; no patch expected;
-4. power down (``power_down_force``): pods deleted; no patch expected.
+4. power down (``power_down_force``): pods deleted; no patch expected. Slurm first clears
+   POWERING_UP and queues the power down (IDLE+DRAIN+NOT_RESPONDING+POWER_DOWN, about a second,
+   until its power-save thread suspends the node): the word changes there, but the pod is on its
+   way out, so the bridge leaves it (a pass in that second patched all 50 pods of a CI smoke).
 
 Counted per phase (the delta of two scrapes): the second bridge's own patches,
 ``pod_state_patches_total{part="label"|"condition"}`` (each one the apiserver accepted), beside

@@ -15,9 +15,11 @@ from typing import Any, TypeVar
 
 from proving_ground.bridge_daemon import BRIDGE_SOCKET, metrics_url, start_bridge
 from proving_ground.processes import State, stop_daemon
-from proving_ground.slurm import start_slurm
+from proving_ground.slurm import ground_programs, start_slurm
 
+from bridge.adapters.slurm_cli import SlurmCli
 from bridge.domain.hostlist import expand
+from bridge.domain.nodes import SlurmNode
 from tests import slurm_state
 from tests.conftest import ProvingGround
 
@@ -81,6 +83,13 @@ def node(pg: ProvingGround, name: str) -> dict[str, str]:
     if reason_at >= 0:
         fields["Reason"] = out[reason_at + len("Reason=") :].strip()
     return fields
+
+
+def slurm_node(pg: ProvingGround, name: str) -> SlurmNode:
+    """The node as the bridge reads it (address and Comment included, any Slurm series)."""
+    cli = SlurmCli(str(ground_programs(pg.layout).bin_dir), conf=str(pg.layout.slurm_conf))
+    (found,) = [n for n in cli.list_nodes() if n.name == name]
+    return found
 
 
 def pods(

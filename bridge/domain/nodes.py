@@ -79,6 +79,12 @@ class SlurmNode:
         return self.state == "DOWN"
 
     @property
+    def power_down_imminent(self) -> bool:
+        """POWER_DOWN queued and no job holds the node: Slurm's power-save thread suspends it at
+        its next cycle (a busy node waits for its job; sinfo ``alloc!``)."""
+        return self.power_down_queued and not self.is_busy
+
+    @property
     def is_busy(self) -> bool:
         """A job runs (or is finishing) on the node: deleting its pod would kill it."""
         return self.state in ("ALLOCATED", "MIXED", "COMPLETING") or "COMPLETING" in self.flags

@@ -334,8 +334,11 @@ def _plan_comment(node: SlurmNode, waiting: str, pod: PodView | None) -> list[Ac
 
 def _plan_pod_state(node: SlurmNode, pod: PodView | None, actions: list[Action]) -> list[Action]:
     """The pod's label and condition follow the node's state, unless the pod is on its way out
-    (a patch to a pod being deleted is wasted work)."""
-    if pod is None or pod.deleting:
+    (a patch to a pod being deleted is wasted work): deleting, deleted this pass, or its node's
+    power down imminent. The last matters at scale: ``power_down_force`` on nodes still powering
+    up changes their word (POWERING_UP is cleared) about a second before Slurm suspends them,
+    and a pass in that second would patch every one of those pods just before deleting it."""
+    if pod is None or pod.deleting or node.power_down_imminent:
         return []
     if any(isinstance(a, DeletePod | ForceDeletePod) for a in actions):
         return []

@@ -16,8 +16,6 @@ from proving_ground import slurm
 from proving_ground.layout import REAL_NODE
 from proving_ground.processes import State
 
-from bridge.adapters.slurm_cli import SlurmCli
-from bridge.domain.nodes import SlurmNode
 from tests.cluster import (
     SHARED,
     bridge_metrics,
@@ -30,6 +28,7 @@ from tests.cluster import (
     pods,
     restart_bridge,
     restart_slurmctld,
+    slurm_node,
     step_output,
     submit,
     wait_down,
@@ -40,13 +39,6 @@ from tests.conftest import ProvingGround, Use
 
 pytestmark = pytest.mark.e2e
 AUTOSCALED = "slurm-k8s-bridge.io/autoscaled"
-
-
-def slurm_node(pg: ProvingGround, name: str) -> SlurmNode:
-    """The node as the bridge reads it (address and Comment included, any Slurm series)."""
-    cli = SlurmCli(str(slurm.ground_programs(pg.layout).bin_dir), conf=str(pg.layout.slurm_conf))
-    (found,) = [n for n in cli.list_nodes() if n.name == name]
-    return found
 
 
 def _srun_hostname(

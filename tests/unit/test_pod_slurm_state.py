@@ -202,6 +202,27 @@ def pod_state(
             [DeletePod("cpu-0", "Slurm node is powering down", "u-0"), SetComment("cpu-0", "")],
             id="pod-being-deleted-this-pass:not-patched",
         ),
+        # power_down_force on a node still powering up: Slurm clears POWERING_UP and queues
+        # the power down (state seen on slurmctld 26.05: IDLE+DRAIN+NOT_RESPONDING+POWER_DOWN);
+        # its power-save thread suspends it within a cycle, so the pod is on its way out.
+        pytest.param(
+            node("IDLE", "DRAIN", "NOT_RESPONDING", "POWER_DOWN", comment=FACTS),
+            pod(shows="powering-up", registered=False),
+            [],
+            id="power-down-forced-while-powering-up:not-patched",
+        ),
+        pytest.param(
+            node("IDLE", "POWER_DOWN", comment=FACTS),
+            pod(shows="allocated", registered=True),
+            [],
+            id="idle-with-power-down-queued:not-patched",
+        ),
+        pytest.param(
+            node("ALLOCATED", "POWER_DOWN", comment=FACTS),
+            pod(shows="idle", registered=True),
+            [pod_state("allocated", True, "idle", True)],
+            id="alloc!:busy-until-its-job-ends:still-followed",
+        ),
         # -- the Comment names pod, node and IP while the pod runs ---------------------------
         pytest.param(
             node("ALLOCATED"),
