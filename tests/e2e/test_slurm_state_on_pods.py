@@ -69,14 +69,16 @@ def _comment(line: str) -> str:
     return "" if value in ("(null)", "") else value
 
 
-def _state_events(pg: ProvingGround, name: str) -> list[str]:
+def _state_events(pg: ProvingGround, involved: str) -> list[str]:
+    """The messages of the SlurmStateChanged Events on the object ``involved`` names
+    (``name=cpu-0``, ``uid=...``)."""
     out = pg.kubectl(
         "-n",
         NAMESPACE,
         "get",
         "events",
         "--field-selector",
-        f"involvedObject.name={name},reason=SlurmStateChanged",
+        f"involvedObject.{involved},reason=SlurmStateChanged",
         "-o",
         "json",
     )
@@ -153,7 +155,7 @@ def test_slurm_state_on_pods_and_pod_facts_in_slurm(
         # The transition to allocated was recorded on the pod.
         messages = wait_for(
             f"a SlurmStateChanged Event on {name}",
-            lambda n=name: _state_events(pg, n) or None,
+            lambda n=name: _state_events(pg, f"name={n}") or None,
             SHOWN_WITHIN_S,
             every=1,
         )
@@ -225,14 +227,4 @@ def test_a_node_forced_down_while_powering_up_is_not_patched_on_its_way_out(
 
     # And the bridge's own passes: the pod goes with no SlurmStateChanged Event on it.
     wait_idle_powered_down(pg, name, timeout=90)
-    out = pg.kubectl(
-        "-n",
-        NAMESPACE,
-        "get",
-        "events",
-        "--field-selector",
-        f"involvedObject.uid={uid},reason=SlurmStateChanged",
-        "-o",
-        "json",
-    )
-    assert [e.get("message") for e in json.loads(out)["items"]] == []
+    assert _state_events(pg, f"uid={uid}") == []
