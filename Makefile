@@ -72,7 +72,7 @@ lint: venv ## ruff, mypy --strict and the import contracts (pyproject's [tool.im
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-proto: venv ## regenerate bridge/_proto (and the Go hook client's internal/bridgepb) from proto/
+proto: venv ## regenerate bridge/rpc/_proto (and the Go hook client's internal/bridgepb) from proto/
 	$(PY) scripts/generate_proto.py
 	@if PATH="$$HOME/go/bin:$$PATH" command -v protoc-gen-go-grpc >/dev/null; then \
 		PATH="$$HOME/go/bin:$$PATH" slurm_plugins/hookclient/generate.sh; \

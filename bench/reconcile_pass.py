@@ -37,12 +37,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bridge.adapters import slurm_json
-from bridge.adapters.slurm_cli import SlurmCli
+from bridge.adapters.slurm import parse as slurm_json
+from bridge.adapters.slurm.cli import SlurmCli
 from bridge.config import parse_config
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.pods import PodView
-from bridge.service import BridgeService
+from bridge.service.use_cases import BridgeService
 from bridge.settings import BridgeConfig
 
 RECORDED = {

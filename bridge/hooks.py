@@ -45,7 +45,7 @@ SCONTROL_TIMEOUT_S = 10.0
 RESUME_FILE_MAX = 16 * 1024 * 1024
 
 HOOK_KINDS = ("resume", "suspend", "resume_fail", "node_event")
-#: strigger node events node_event forwards (the same as bridge.client.NODE_EVENT_KINDS, which
+#: strigger node events node_event forwards (the same as bridge.rpc.client.NODE_EVENT_KINDS, which
 #: is not imported here for start-up time; a test keeps the two equal).
 EVENT_KINDS = ("down", "drain", "fail", "up", "idle")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
 
 def _send(call: HookCall, settings: HookSettings, request_id: str) -> str:
     """Make the RPC; returns a summary of per-node outcomes for the log line."""
-    from bridge.client import BridgeClient, TlsFiles  # noqa: PLC0415 (start-up time, see module doc)
+    from bridge.rpc.client import BridgeClient, TlsFiles  # noqa: PLC0415 (start-up time, see module doc)
 
     tls = TlsFiles(*settings.tls) if settings.tls else None
     with BridgeClient(settings.target, tls=tls, timeout_s=settings.timeout_s) as client:
@@ -193,7 +193,7 @@ def _describe_failure(e: Exception) -> tuple[str, str]:
     if isinstance(e, ImportError):
         # A broken install is, to Slurm, as bad as no bridge: the nodes must not wait.
         return "HookBroken", f"{type(e).__name__}: {e}"
-    from bridge.client import (  # noqa: PLC0415 (already imported by _send)
+    from bridge.rpc.client import (  # noqa: PLC0415 (already imported by _send)
         BridgeNoAnswer,
         BridgeUnreachable,
     )

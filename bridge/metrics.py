@@ -9,7 +9,7 @@ Who feeds what:
 * the gRPC interceptor (``bridge.api.metrics_interceptor``): ``rpc_calls_total``;
 * the service: resume arrival, suspend, fail-fasts, each reconcile pass (its duration, actions,
   the pod and node gauges, and the Slurm states that end the resume latency's later stages);
-* the pod watcher (``bridge.app``): a pod seen Running;
+* the pod watcher (``bridge.runtime.pod_watcher``): a pod seen Running;
 * the adapters, through :class:`~bridge.adapters.call_counters.CallCounters`: backend errors and
   retries, and the patches that show Slurm's state on the pods (label, ``registered`` condition).
 

@@ -17,7 +17,7 @@ from proving_ground.bridge_daemon import BRIDGE_SOCKET, metrics_url, start_bridg
 from proving_ground.processes import State, stop_daemon
 from proving_ground.slurm import ground_programs, start_slurm
 
-from bridge.adapters.slurm_cli import SlurmCli
+from bridge.adapters.slurm.cli import SlurmCli
 from bridge.domain.hostlist import expand
 from bridge.domain.nodes import SlurmNode
 from tests import slurm_state

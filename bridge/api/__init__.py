@@ -1,7 +1,8 @@
 """The gRPC edge: :mod:`.servicer` maps RPCs onto the use cases, :mod:`.metrics_interceptor`
 counts them, :mod:`.server` serves it.
 
-The names below are what the composition root (``bridge.app``), the benchmarks and the tests use.
+The names below are what the composition root (``bridge.runtime.serve``), the benchmarks and
+the tests use.
 """
 
 from bridge.api.server import MAX_MESSAGE_BYTES, BridgeServer, TlsServerFiles, build_server

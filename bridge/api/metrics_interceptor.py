@@ -12,9 +12,9 @@ from typing import Any
 
 import grpc
 
-from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
 from bridge.api.servicer import SERVICE_NAME
 from bridge.metrics import BridgeMetrics
+from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
 
 _OUTCOME_PREFIX = "OUTCOME_"
 

@@ -22,13 +22,13 @@ from typing import Any, NamedTuple
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
 from bridge.api.metrics_interceptor import RpcMetricsInterceptor
+from bridge.api.peer_gate import PeerGate, bind_unix_socket, user_name
 from bridge.api.servicer import SERVICE_NAME, BridgeServicer, BridgeUseCases
 from bridge.errors import ConfigError
 from bridge.metrics import BridgeMetrics
-from bridge.peer_gate import PeerGate, bind_unix_socket, user_name
-from bridge.tls import TlsFiles, read_tls_files
+from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
+from bridge.rpc.tls import TlsFiles, read_tls_files
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ def build_server(
     ``unix_socket``: path to listen on (parent created, stale socket removed, bound owner-only and
     then given ``socket_group`` and ``socket_mode``); only callers whose uid is in
     ``allowed_uids`` (default: root and this process's user) reach the service, others get
-    PERMISSION_DENIED (see :mod:`bridge.peer_gate`). ``tcp_listen``: ``host:port`` (port 0 picks
+    PERMISSION_DENIED (see :mod:`bridge.api.peer_gate`). ``tcp_listen``: ``host:port`` (port 0 picks
     one, see :attr:`BridgeServer.tcp_port`); TCP is only ever served with mutual TLS, so it needs
     ``tls`` = (cert, key, client_ca). ``metrics``: counts every call (see
     :class:`~bridge.api.metrics_interceptor.RpcMetricsInterceptor`).

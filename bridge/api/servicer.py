@@ -2,7 +2,7 @@
 
 Nothing here decides anything. The servicer checks the transport contract (required fields,
 enum values), calls the :class:`BridgeUseCases` object it was given, maps per-node results onto
-the proto one to one (through :mod:`bridge.wire`), maps the bridge's errors onto gRPC status
+the proto one to one (through :mod:`bridge.rpc.wire`), maps the bridge's errors onto gRPC status
 codes, and logs one line per request.
 """
 
@@ -17,8 +17,6 @@ from typing import NoReturn, Protocol
 
 import grpc
 
-from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
-from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
 from bridge.domain.circuit import PoolBreakerStatus
 from bridge.domain.results import NodeResult, NodeStatus, Outcome
 from bridge.errors import (
@@ -30,7 +28,9 @@ from bridge.errors import (
     InvalidInput,
     TransientBackendError,
 )
-from bridge.wire import (
+from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
+from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
+from bridge.rpc.wire import (
     ERROR_METADATA_KEY,
     breaker_to_pb,
     node_event_kind_from_pb,

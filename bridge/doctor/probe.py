@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.adapters.kubernetes import PodGateway
-from bridge.adapters.slurm_cli import SlurmCli, read_slurm_user
+from bridge.adapters.slurm.cli import SlurmCli, read_slurm_user
 from bridge.doctor.checks import (
     CORDON_ACCESS,
     HOOK_KEYS,

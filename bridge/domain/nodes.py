@@ -1,7 +1,7 @@
 """Slurm's view of a node, reduced to what the bridge decides on.
 
 Slurm 22.05 reports a base state string plus ``state_flags``; 24.11 reports one list mixing both.
-Parsers in ``bridge.adapters.slurm_json`` normalise both into :class:`SlurmNode`.
+Parsers in ``bridge.adapters.slurm.parse`` normalise both into :class:`SlurmNode`.
 """
 
 from __future__ import annotations

@@ -25,15 +25,15 @@ import (
 )
 
 // errorMetadataKey is the trailing metadata key the bridge sets on whole-call errors it raised
-// on purpose (bridge.wire.ERROR_METADATA_KEY): its UNAVAILABLE means a backend, not the bridge.
+// on purpose (bridge.rpc.wire.ERROR_METADATA_KEY): its UNAVAILABLE means a backend, not the bridge.
 const errorMetadataKey = "skb-error"
 
-// Quick retries of UNAVAILABLE inside the one deadline, as bridge/client.py does them.
+// Quick retries of UNAVAILABLE inside the one deadline, as bridge/rpc/client.py does them.
 var backoff = []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond}
 
 const attempts = 3
 
-// Failure kinds, named as bridge/client.py's and bridge/errors.py's exceptions are: the log line
+// Failure kinds, named as bridge/rpc/client.py's and bridge/errors.py's exceptions are: the log line
 // and a resume's DOWN reason carry them.
 const (
 	kindUnreachable = "BridgeUnreachable" // the bridge could not be reached at all
@@ -84,7 +84,7 @@ type rpcFailure struct {
 	dialAddr string
 }
 
-// classify translates a failed attempt as bridge.client._error_from_rpc does.
+// classify translates a failed attempt as bridge.rpc.client._error_from_rpc does.
 func classify(f rpcFailure, target string, attempt int) *callError {
 	details := f.message
 	if details == "" {
@@ -163,7 +163,7 @@ var errorClassNames = map[pb.ErrorClass]string{
 	pb.ErrorClass_ERROR_CLASS_TRANSIENT: "TRANSIENT", pb.ErrorClass_ERROR_CLASS_INTERNAL: "INTERNAL",
 }
 
-// resultFromPB is bridge.wire.result_from_pb: an unknown outcome counts as an internal failure.
+// resultFromPB is bridge.rpc.wire.result_from_pb: an unknown outcome counts as an internal failure.
 func resultFromPB(r *pb.NodeResult) nodeResult {
 	ec, ok := errorClassNames[r.GetErrorClass()]
 	if !ok {
@@ -183,7 +183,7 @@ var nodeEventKinds = map[string]pb.NodeEventKind{
 }
 
 // send makes the call's RPC, retrying UNAVAILABLE quickly inside one overall deadline
-// (bridge.client.BridgeClient._call); every RPC is idempotent, so a retry is harmless.
+// (bridge.rpc.client.BridgeClient._call); every RPC is idempotent, so a retry is harmless.
 func send(call hookCall, s settings, requestID string) ([]nodeResult, error) {
 	var creds credentials.TransportCredentials = insecure.NewCredentials()
 	if s.tls != nil {

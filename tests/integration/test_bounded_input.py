@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from proving_ground.bridge_daemon import BRIDGE_SOCKET
 
-from bridge.client import BridgeClient
 from bridge.errors import InvalidInput
+from bridge.rpc.client import BridgeClient
 from tests.cluster import bridge_pid, node, pods, run_hook, wait_for
 from tests.conftest import ProvingGround, Use
 

@@ -16,8 +16,8 @@ import pytest
 from proving_ground.bridge_daemon import BRIDGE_SOCKET
 from proving_ground.processes import State
 
-from bridge.client import BridgeClient
 from bridge.domain.results import ErrorClass, Outcome
+from bridge.rpc.client import BridgeClient
 from tests.cluster import (
     job_state,
     kill_bridge,

@@ -32,8 +32,8 @@ from kubernetes import config as k8s_config
 from proving_ground.bridge_daemon import bridge_kubeconfig
 
 from bridge.adapters.kubernetes import PodEvent, PodGateway, WatchExpired
-from bridge.app import PodWatcher
 from bridge.domain.pods import LABEL_CLUSTER, LABEL_MANAGED_BY, MANAGED_BY, PodView
+from bridge.runtime.pod_watcher import PodWatcher
 from tests.cluster import NAMESPACE, wait_for
 from tests.conftest import ProvingGround
 
@@ -294,7 +294,7 @@ def test_a_too_old_resource_version_relists_and_watches_on(
     rig: Rig, caplog: pytest.LogCaptureFixture
 ) -> None:
     print(f"\nwatch from resourceVersion 1, by hand: {make_too_old(rig, '1')}")
-    caplog.set_level(logging.INFO, logger="bridge.app")
+    caplog.set_level(logging.INFO, logger="bridge.runtime.pod_watcher")
     with running(rig, rig.watcher(first_version="1")):
         relisted = rig.wait_index("a relist after the 410", lambda e: e[0] == "list", after=0)
         watching = rig.wait_index("a watch after it", lambda e: e[0] == "watch", after=relisted)
@@ -311,7 +311,7 @@ def test_a_too_old_resource_version_relists_and_watches_on(
     ), detail
     assert rig.seen[relisted + 1] == ("poke", ""), "the relist pokes the reconciler"
     assert rig.seen[watching] == ("watch", rig.seen[relisted][1])
-    messages = [r.getMessage() for r in caplog.records if r.name == "bridge.app"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "bridge.runtime.pod_watcher"]
     assert any(m.startswith("pod watch expired at resourceVersion 1, ") for m in messages)
     assert any(m.startswith("pod watch recovered: listed ") for m in messages)
 
@@ -320,7 +320,7 @@ def test_a_too_old_resource_version_relists_and_watches_on(
 def test_a_dropped_connection_relists_and_watches_on(
     rig: Rig, caplog: pytest.LogCaptureFixture, reset: bool
 ) -> None:
-    caplog.set_level(logging.INFO, logger="bridge.app")
+    caplog.set_level(logging.INFO, logger="bridge.runtime.pod_watcher")
     with running(rig, rig.watcher()):
         rig.wait_index("the first watch", lambda e: e[0] == "watch")
         before = rig.create_pod("before-cut")
@@ -340,7 +340,7 @@ def test_a_dropped_connection_relists_and_watches_on(
     assert detail.startswith("TransientBackendError: watch pods: ProtocolError: "), detail
     assert rig.seen[failed + 1][0] == "list" and rig.seen[failed + 2] == ("poke", "")
     assert rig.seen[watching] == ("watch", rig.seen[failed + 1][1])
-    messages = [r.getMessage() for r in caplog.records if r.name == "bridge.app"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "bridge.runtime.pod_watcher"]
     assert any(
         m.startswith("pod watch failed (TransientBackendError), listing again in 0.20s: ")
         for m in messages

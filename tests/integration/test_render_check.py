@@ -23,7 +23,7 @@ def check(pg: ProvingGround, *argv: str) -> subprocess.CompletedProcess[str]:
         [
             sys.executable,
             "-m",
-            "bridge.cli",
+            "bridge.cli.main",
             "render-slurm-conf",
             "-c",
             str(CONFIG),

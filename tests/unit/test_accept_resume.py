@@ -16,9 +16,6 @@ from typing import Any, cast
 import grpc
 import pytest
 
-from bridge import app
-from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
-from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
 from bridge.api import build_server
 from bridge.domain.reconcile import CreatePod
 from bridge.domain.results import ErrorClass, NodeResult, Outcome
@@ -30,7 +27,10 @@ from bridge.errors import (
     NoCapacity,
     TransientBackendError,
 )
-from bridge.service import BridgeService
+from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
+from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
+from bridge.runtime import serve
+from bridge.service.use_cases import BridgeService
 from tests.unit.fakes import FakePods, FakeSlurm, Update
 from tests.unit.test_service import NOW, config, powering_up
 
@@ -135,7 +135,7 @@ def test_a_refusal_in_the_background_still_reaches_slurm(
 ) -> None:
     world.pods.gate.set()
     world.pods.create_errors["cpu-1"] = error
-    with caplog.at_level(logging.INFO, logger="bridge.service"):
+    with caplog.at_level(logging.INFO, logger="bridge.service.use_cases"):
         results = world.service.accept_resume("cpu-[0-2]", "", "r9")
         world.drain()
     assert [r.outcome for r in results] == [Outcome.ACCEPTED] * 3
@@ -157,7 +157,7 @@ def test_an_exception_in_the_background_is_logged_and_the_next_call_works(
 ) -> None:
     world.pods.crash = crash
     world.pods.gate.set()
-    with caplog.at_level(logging.ERROR, logger="bridge.resume_dispatcher"):
+    with caplog.at_level(logging.ERROR, logger="bridge.service.resume_dispatcher"):
         world.service.accept_resume("cpu-0", "", "r1")
         world.drain()
     [record] = [r for r in caplog.records if logged in r.getMessage()]
@@ -187,7 +187,7 @@ def test_reconcile_skips_creates_in_flight_and_issues_them_once_they_left(
     world.pods.create_errors["cpu-0"] = TransientBackendError("HTTP 503")
     world.service.accept_resume("cpu-0", "", "r1")
     assert world.pods.entered.wait(WAIT_S)
-    with caplog.at_level(logging.DEBUG, logger="bridge.service"):
+    with caplog.at_level(logging.DEBUG, logger="bridge.service.use_cases"):
         actions = world.service.reconcile_once()
     # Planned (the node is powering up with no pod), but not executed: the resume creates it.
     assert CreatePod("cpu-0", "cpu", "Slurm node is powering up and has no pod") in actions
@@ -221,7 +221,7 @@ def test_close_gives_up_after_its_timeout_and_leaves_the_nodes_powering_up(
     world.service.accept_resume("cpu-0", "", "r1")
     assert world.pods.entered.wait(WAIT_S)
     world.service.accept_resume("cpu-1", "", "r2")  # may be queued behind or run beside it
-    with caplog.at_level(logging.WARNING, logger="bridge.resume_dispatcher"):
+    with caplog.at_level(logging.WARNING, logger="bridge.service.resume_dispatcher"):
         world.service.close(0.1)
     assert "left POWERING_UP for the reconciler" in caplog.text
     assert world.slurm.updates == []
@@ -278,11 +278,11 @@ def test_bridge_stop_drains_the_resumes_before_the_gateway_closes() -> None:
         def __getattr__(self, method: str) -> Any:
             return lambda *args, **kwargs: journal.append(f"{self.name}.{method}{args}")
 
-    bridge = app.Bridge(
+    bridge = serve.Bridge(
         service=cast(BridgeService, Part("service")),
-        pods=cast(app.PodGateway, Part("pods")),
-        reconciler=cast(app.Reconciler, Part("reconciler")),
-        watcher=cast(app.PodWatcher, Part("watcher")),
+        pods=cast(serve.PodGateway, Part("pods")),
+        reconciler=cast(serve.Reconciler, Part("reconciler")),
+        watcher=cast(serve.PodWatcher, Part("watcher")),
         server=Part("server"),
     )
     bridge.stop(grace_s=3.0)
@@ -293,7 +293,7 @@ def test_bridge_stop_drains_the_resumes_before_the_gateway_closes() -> None:
 def test_a_held_create_starts_when_the_answer_is_out_or_after_the_hold_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from bridge import resume_dispatcher  # noqa: PLC0415
+    from bridge.service import resume_dispatcher  # noqa: PLC0415
 
     monkeypatch.setattr(resume_dispatcher, "MAX_HOLD_S", 0.5)
     dispatcher = resume_dispatcher.ResumeDispatcher(workers=2)

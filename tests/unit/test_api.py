@@ -18,10 +18,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
-from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
 from bridge.api import SERVICE_NAME, BridgeServer, TlsServerFiles, build_server
-from bridge.client import NODE_EVENT_KINDS, BridgeClient, BridgeUnreachable, TlsFiles
 from bridge.domain.circuit import PoolBreakerStatus
 from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
 from bridge.errors import (
@@ -37,6 +34,9 @@ from bridge.errors import (
     NoCapacity,
     TransientBackendError,
 )
+from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
+from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
+from bridge.rpc.client import NODE_EVENT_KINDS, BridgeClient, BridgeUnreachable, TlsFiles
 
 
 @dataclass

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from bridge.api import build_server
-from bridge.cli import build_parser, main
+from bridge.cli.main import build_parser, main
+from bridge.cli.status_report import format_status
 from bridge.domain.results import NodeStatus
-from bridge.status_report import format_status
 from tests.unit.fakes import MINIMAL_CONFIG
 from tests.unit.test_api import FakeUseCases
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from bridge.api import build_server
-from bridge.cli import build_parser, main
-from bridge.cli_status import (
+from bridge.cli.main import build_parser, main
+from bridge.cli.status import (
     EXIT_OK,
     EXIT_STUCK,
     EXIT_UNREACHABLE,
@@ -29,11 +29,11 @@ from bridge.cli_status import (
     status_once,
     status_watch,
 )
-from bridge.client import BridgeUnreachable
+from bridge.cli.status_report import StatusOptions, as_json, render, summary_lines
 from bridge.domain.results import NodeStatus
 from bridge.domain.stuck import find_stuck
 from bridge.errors import InvalidInput
-from bridge.status_report import StatusOptions, as_json, render, summary_lines
+from bridge.rpc.client import BridgeUnreachable
 from tests.unit.test_api import FakeUseCases
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)

@@ -502,7 +502,10 @@ def test_settings_import_neither_pydantic_nor_yaml() -> None:
 
 
 def test_one_default_socket_path() -> None:
-    from bridge import cli, client, hooks  # noqa: PLC0415 (grpc loads only for this test)
+    # grpc loads only for this test
+    from bridge import hooks  # noqa: PLC0415
+    from bridge.cli import main as cli  # noqa: PLC0415
+    from bridge.rpc import client  # noqa: PLC0415
 
     assert settings.DEFAULT_TARGET == "unix:" + settings.DEFAULT_SOCKET_PATH
     assert hooks.DEFAULT_SOCKET == client.DEFAULT_TARGET == cli.DEFAULT_TARGET

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from bridge.app import Reconciler
 from bridge.config import load_config, parse_config
 from bridge.config.changes import ConfigChange, config_change
-from bridge.config_reload import ConfigReloader, FileIdentity
 from bridge.domain.circuit import BreakerPolicy, CircuitBreakers
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.reconcile import Action, PowerDownAsap
 from bridge.errors import BridgeError
-from bridge.service import BridgeService
+from bridge.runtime.config_reload import ConfigReloader, FileIdentity
+from bridge.runtime.reconciler import Reconciler
+from bridge.service.use_cases import BridgeService
 from tests.unit.fakes import MINIMAL_CONFIG, FakePods, FakeSlurm, Update
 
 NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
@@ -111,7 +111,7 @@ def test_a_changed_file_swaps_the_pools_in_and_logs_the_new_hashes(
     setup = Setup(tmp_path)
     before = setup.service.template_hashes["cpu"]
     setup.change_file(MARKED)
-    with caplog.at_level(logging.INFO, logger="bridge.config_reload"):
+    with caplog.at_level(logging.INFO, logger="bridge.runtime.config_reload"):
         assert setup.reloader.reload_if_due() is True
     after = setup.service.template_hashes["cpu"]
     assert after != before
@@ -140,7 +140,7 @@ def test_an_invalid_file_keeps_the_old_config_and_names_the_field(
     setup = Setup(tmp_path)
     old = setup.service.config
     setup.change_file(MINIMAL_CONFIG.replace("cpus: 2", "cpus: four"))
-    with caplog.at_level(logging.ERROR, logger="bridge.config_reload"):
+    with caplog.at_level(logging.ERROR, logger="bridge.runtime.config_reload"):
         assert setup.reloader.reload_if_due() is False
     assert setup.service.config is old
     (error,) = [r for r in caplog.records if r.levelno == logging.ERROR]
@@ -153,7 +153,7 @@ def test_a_setting_that_needs_a_restart_keeps_its_old_value(
 ) -> None:
     setup = Setup(tmp_path)
     setup.change_file("bridge:\n  socket: /run/elsewhere.sock\n" + MARKED)
-    with caplog.at_level(logging.WARNING, logger="bridge.config_reload"):
+    with caplog.at_level(logging.WARNING, logger="bridge.runtime.config_reload"):
         assert setup.reloader.reload_if_due() is True
     assert setup.service.config.bridge.socket != "/run/elsewhere.sock"
     assert any("bridge.socket changed" in m and "restart" in m for m in caplog.messages)
@@ -200,7 +200,7 @@ def test_a_refused_power_down_asap_is_retried_on_the_next_pass(
     setup.change_file(MARKED)
     setup.reloader.reload_if_due()
     setup.slurm.fail_next = BridgeError("scontrol: Invalid node state specified")
-    with caplog.at_level(logging.WARNING, logger="bridge.service"):
+    with caplog.at_level(logging.WARNING, logger="bridge.service.use_cases"):
         setup.service.reconcile_once()
     assert any("power_down_asap cpu-0 failed" in m for m in caplog.messages)
     assert any(isinstance(a, PowerDownAsap) for a in setup.service.reconcile_once())

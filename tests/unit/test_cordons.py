@@ -12,11 +12,11 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from bridge.config import parse_config
-from bridge.cordons import CordonedNodes
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.reconcile import PowerDownAsap
 from bridge.errors import BackendError, Forbidden, TransientBackendError
-from bridge.service import BridgeService
+from bridge.service.cordons import CordonedNodes
+from bridge.service.use_cases import BridgeService
 from tests.unit.fake_kube_api import Answer, FakeApiServer, gateway_to, status_answer
 from tests.unit.fakes import MINIMAL_CONFIG, FakePods, FakeSlurm, Update
 
@@ -119,7 +119,7 @@ def test_the_reader(case: ReaderCase, caplog: pytest.LogCaptureFixture) -> None:
     source = ScriptedCordons(*case.answers)
     moments = iter(case.read_at)
     reader = CordonedNodes(source, forbidden_retry_s=300, clock=lambda: next(moments))
-    with caplog.at_level(logging.INFO, logger="bridge.cordons"):
+    with caplog.at_level(logging.INFO, logger="bridge.service.cordons"):
         assert [reader.read() for _ in case.read_at] == case.expected
     assert source.calls == case.calls
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == case.warnings
@@ -127,7 +127,7 @@ def test_the_reader(case: ReaderCase, caplog: pytest.LogCaptureFixture) -> None:
 
 def test_the_forbidden_warning_names_the_missing_rule(caplog: pytest.LogCaptureFixture) -> None:
     reader = CordonedNodes(ScriptedCordons(FORBIDDEN), clock=lambda: 0.0)
-    with caplog.at_level(logging.WARNING, logger="bridge.cordons"):
+    with caplog.at_level(logging.WARNING, logger="bridge.service.cordons"):
         reader.read()
     (record,) = caplog.records
     assert "resources [nodes] verbs [list]" in record.getMessage()
@@ -177,7 +177,7 @@ def test_a_failed_power_down_asap_is_a_warning_and_the_next_pass_retries(
 ) -> None:
     w = World(busy("cpu-0"))
     w.slurm.fail_next = TransientBackendError("scontrol: slurmctld not responding")
-    with caplog.at_level(logging.WARNING, logger="bridge.service"):
+    with caplog.at_level(logging.WARNING, logger="bridge.service.use_cases"):
         w.service.reconcile_once()
     assert (
         "reconcile: power_down_asap cpu-0 failed: scontrol: slurmctld not responding" in caplog.text

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from bridge.app import ensure_disruption_budgets
 from bridge.config import parse_config
 from bridge.domain.disruption_budget import render_disruption_budget, render_disruption_budgets
 from bridge.domain.pod_rendering import PodSettings
 from bridge.domain.pools import NodePool
 from bridge.errors import ConfigError, Forbidden
+from bridge.runtime.serve import ensure_disruption_budgets
 from tests.unit.fake_kube_api import Answer, FakeApiServer, gateway_to, status_answer
 from tests.unit.fakes import MINIMAL_CONFIG
 
@@ -170,7 +170,7 @@ def test_the_budgets_are_ensured_at_start(
     refuse: str, ensured: list[str], warned: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     budgets = RecordingBudgets(refuse)
-    with caplog.at_level(logging.INFO, logger="bridge.app"):
+    with caplog.at_level(logging.INFO, logger="bridge.runtime.serve"):
         ensure_disruption_budgets(parse_config(TWO_POOLS, "bridge.yaml"), budgets)  # type: ignore[arg-type]
     assert budgets.ensured == ensured
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

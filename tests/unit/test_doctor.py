@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from bridge import doctor
-from bridge.adapters.slurm_cli import parse_show_config
-from bridge.cli import main
+from bridge.adapters.slurm.cli import parse_show_config
+from bridge.cli.main import main
 from bridge.doctor import Check, Owner, SocketFacts, Status
 from bridge.domain.nodes import SlurmNode
 from bridge.settings import SlurmSettings

@@ -23,9 +23,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
-from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
-from bridge.wire import ERROR_METADATA_KEY
+from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
+from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
+from bridge.rpc.wire import ERROR_METADATA_KEY
 from tests.unit.as_slurmctld import run_as_slurmctld
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,10 +15,10 @@ import pytest
 
 from bridge import hooks
 from bridge.api import BridgeServer, build_server
-from bridge.client import NODE_EVENT_KINDS
 from bridge.domain import resume_file
 from bridge.domain.results import ErrorClass, NodeResult, Outcome
 from bridge.errors import InvalidInput
+from bridge.rpc.client import NODE_EVENT_KINDS
 from tests.unit.as_slurmctld import run_as_slurmctld
 from tests.unit.test_api import FakeUseCases
 

@@ -16,13 +16,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kubernetes.client.exceptions import ApiException
 
-from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
-from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
 from bridge.adapters.kubernetes import PodEvent, WatchExpired
 from bridge.adapters.kubernetes.calls import call
-from bridge.adapters.slurm_cli import SlurmCli
+from bridge.adapters.slurm.cli import SlurmCli
 from bridge.api import build_server
-from bridge.app import PodWatcher
 from bridge.config import parse_config
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.pods import PodView
@@ -36,7 +33,10 @@ from bridge.errors import (
     TransientBackendError,
 )
 from bridge.metrics import POWER_STATES, STAGES, BridgeMetrics, reason_kind
-from bridge.service import BridgeService
+from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
+from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
+from bridge.runtime.pod_watcher import PodWatcher
+from bridge.service.use_cases import BridgeService
 from tests.unit.fakes import MINIMAL_CONFIG, FakePods, FakeSlurm
 
 NOW = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)

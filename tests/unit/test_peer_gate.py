@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from bridge.api import BridgeServer, build_server
-from bridge.client import BridgeClient
+from bridge.api.peer_gate import resolve_uids
 from bridge.domain.results import Outcome
 from bridge.errors import CallerNotAllowed
-from bridge.peer_gate import resolve_uids
+from bridge.rpc.client import BridgeClient
 from tests.unit.test_api import FakeUseCases
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +29,7 @@ NOBODY = 65534
 # A caller in another process: prints the outcome of one resume call, or the error's type.
 CALLER = """
 import sys
-from bridge.client import BridgeClient
+from bridge.rpc.client import BridgeClient
 try:
     with BridgeClient("unix:" + sys.argv[1], timeout_s=5) as client:
         results = client.resume_nodes("cpu-0", "", "from-" + sys.argv[2])
@@ -95,7 +95,7 @@ def test_only_allowed_uids_reach_the_service(
     sock = open_dir / "bridge.sock"
     server = start(fake, sock, allowed)
     try:
-        with caplog.at_level(logging.WARNING, logger="bridge.peer_gate"):
+        with caplog.at_level(logging.WARNING, logger="bridge.api.peer_gate"):
             answer = call_as(caller, sock)
     finally:
         server.stop(0)

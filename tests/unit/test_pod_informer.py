@@ -16,11 +16,12 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from bridge.adapters.kubernetes import PodGateway, WatchExpired
-from bridge.app import PodWatcher, Reconciler
 from bridge.config import parse_config
 from bridge.domain.pods import PodView
-from bridge.pod_cache import NotSynced, PodCache
-from bridge.service import BridgeService
+from bridge.runtime.pod_cache import NotSynced, PodCache
+from bridge.runtime.pod_watcher import PodWatcher
+from bridge.runtime.reconciler import Reconciler
+from bridge.service.use_cases import BridgeService
 from tests.unit.fake_kube_api import (
     FakeCoreApi,
     Session,
@@ -227,7 +228,7 @@ def test_a_pass_before_the_first_list_is_skipped_and_logged(
     cache = PodCache(sync_wait_s=0.01)
     service, slurm, pods = service_on(cache)
     reconciler = Reconciler(service, interval_s=60, min_gap_s=0.01)
-    caplog.set_level(logging.INFO, logger="bridge.app")
+    caplog.set_level(logging.INFO, logger="bridge.runtime.reconciler")
     reconciler.start()
     reconciler.poke()
     deadline = time.monotonic() + 5

@@ -34,7 +34,7 @@ from bridge.domain.reconcile import (
 )
 from bridge.errors import Forbidden
 from bridge.metrics import BridgeMetrics
-from bridge.service import BridgeService
+from bridge.service.use_cases import BridgeService
 from tests.unit.fake_kube_api import FakeApiServer, gateway_to, status_answer
 from tests.unit.fakes import MINIMAL_CONFIG, FakePods, FakeSlurm
 

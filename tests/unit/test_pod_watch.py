@@ -17,8 +17,8 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from bridge.adapters.kubernetes import PodGateway, WatchExpired
-from bridge.app import PodWatcher
 from bridge.errors import BackendError, Forbidden, TransientBackendError
+from bridge.runtime.pod_watcher import PodWatcher
 from tests.unit.fake_kube_api import (
     FakeCoreApi,
     Session,
@@ -80,7 +80,11 @@ def run_until_quiet(
 
 
 def watch_log(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
-    return [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "bridge.app"]
+    return [
+        (r.levelno, r.getMessage())
+        for r in caplog.records
+        if r.name == "bridge.runtime.pod_watcher"
+    ]
 
 
 AFTER_THE_FAILURE = [
@@ -208,7 +212,7 @@ def after_cpu_0(failure: bytes | BaseException) -> Session:
 def test_the_watch_lists_again_and_keeps_delivering_after(
     first_session: Session, level: int, message: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="bridge.app")
+    caplog.set_level(logging.INFO, logger="bridge.runtime.pod_watcher")
     api, journal = run_until_quiet([first_session, [event("ADDED", "cpu-1")]])
 
     assert journal[:3] == ["list 1", "poke", "watch 1"]
@@ -236,7 +240,7 @@ AGAIN_IN = re.compile(r"listing again in ([0-9.]+)s")
 def test_repeated_failures_back_off_up_to_the_bound_and_a_first_410_relists_at_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="bridge.app")
+    caplog.set_level(logging.INFO, logger="bridge.runtime.pod_watcher")
     sessions: list[Session] = [
         [GONE],
         [GONE],

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from bridge.api import build_server
-from bridge.cli import main
-from bridge.client import BridgeClient
+from bridge.cli.main import main
 from bridge.domain.circuit import BreakerState
 from bridge.errors import InvalidInput, NoCapacity
+from bridge.rpc.client import BridgeClient
 from tests.unit.test_service_breaker import NOW, PAUSED, World
 
 UNTIL = (NOW + timedelta(seconds=600)).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-COMMITTED = REPO / "bridge" / "_proto"
+COMMITTED = REPO / "bridge" / "rpc" / "_proto"
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -34,7 +34,7 @@ def regenerated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
 
 def test_same_file_set(regenerated: dict[str, bytes]) -> None:
     assert sorted(_files(COMMITTED)) == sorted(regenerated), (
-        "bridge/_proto is stale: run `python scripts/generate_proto.py`"
+        "bridge/rpc/_proto is stale: run `python scripts/generate_proto.py`"
     )
 
 
@@ -52,13 +52,13 @@ def test_same_file_set(regenerated: dict[str, bytes]) -> None:
 def test_committed_file_is_current(regenerated: dict[str, bytes], name: str) -> None:
     committed = COMMITTED / name
     assert committed.read_bytes() == regenerated[name], (
-        f"bridge/_proto/{name} differs from what proto/ generates: "
+        f"bridge/rpc/_proto/{name} differs from what proto/ generates: "
         "run `python scripts/generate_proto.py` and commit the result"
     )
 
 
 def test_imports_as_package_with_proto_name_unchanged() -> None:
-    from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2, bridge_pb2_grpc  # noqa: PLC0415
+    from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2, bridge_pb2_grpc  # noqa: PLC0415
 
     assert bridge_pb2.DESCRIPTOR.name == "slurm_k8s_bridge/v1/bridge.proto"
     assert bridge_pb2.DESCRIPTOR.package == "slurm_k8s_bridge.v1"

@@ -40,7 +40,7 @@ from bridge.errors import (
     NoCapacity,
     TransientBackendError,
 )
-from bridge.service import BridgeService
+from bridge.service.use_cases import BridgeService
 from bridge.settings import BridgeConfig
 from tests.unit.fakes import MINIMAL_CONFIG, FakePods, FakeSlurm, Update
 
@@ -269,7 +269,7 @@ def test_resume_with_a_bad_resume_file_still_resumes(
     resume_file: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     w = World()
-    with caplog.at_level(logging.WARNING, logger="bridge.service"):
+    with caplog.at_level(logging.WARNING, logger="bridge.service.use_cases"):
         results = w.service.resume("cpu-[0-1]", resume_file, "r7")
     assert [r.outcome for r in results] == [Outcome.OK, Outcome.OK]
     assert sorted(w.pods.pods) == ["cpu-0", "cpu-1"]
@@ -285,7 +285,7 @@ RESUME_2205 = {
 
 def test_resume_logs_the_jobs_per_node(caplog: pytest.LogCaptureFixture) -> None:
     w = World()
-    with caplog.at_level(logging.INFO, logger="bridge.service"):
+    with caplog.at_level(logging.INFO, logger="bridge.service.use_cases"):
         w.service.resume("cpu-[0-1]", json.dumps(RESUME_2205), "r1")
     assert "request r1: pod cpu-1 created (jobs 3,4)" in caplog.text
 

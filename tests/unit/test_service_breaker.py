@@ -14,7 +14,7 @@ from bridge.domain.pods import PodFailure
 from bridge.domain.reconcile import MarkDown
 from bridge.domain.results import ErrorClass, NodeResult, Outcome
 from bridge.errors import Forbidden, InvalidInput, NoCapacity, TransientBackendError
-from bridge.service import BridgeService
+from bridge.service.use_cases import BridgeService
 from tests.unit.fakes import MINIMAL_CONFIG, FakePods, FakeSlurm, Update
 
 NOW = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
@@ -137,7 +137,7 @@ def test_which_refusals_of_the_resume_path_count(error: Exception, opens: bool) 
 def test_the_pause_ends_by_itself_and_half_open_reopens_at_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, "bridge.service")
+    caplog.set_level(logging.INFO, "bridge.service.use_cases")
     w = World()
     w.pause_cpu()
     assert "pool cpu paused until 2026-12-03T12:10:00+00:00" in caplog.text

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from bridge.adapters.slurm_cli import SlurmCli
-from bridge.app import log_slurm_version
+from bridge.adapters.slurm.cli import SlurmCli
 from bridge.domain.slurm_version import SlurmVersion, SlurmVersionError
 from bridge.errors import BackendError, HostlistError, InvalidInput, TransientBackendError
+from bridge.runtime.serve import log_slurm_version
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 V22 = DATA / "v22.05"
@@ -162,7 +162,7 @@ def test_the_app_logs_the_version_once_or_why_not(
     fake: FakeSlurm, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     fake.command("scontrol", {"--version": VERSION_26})
-    caplog.set_level("INFO", logger="bridge.app")
+    caplog.set_level("INFO", logger="bridge.runtime.serve")
     log_slurm_version(_cli(fake), "/usr/bin")
     assert "Slurm 26.05.5 at /usr/bin" in caplog.text
     no_conf = tmp_path / "no-conf.stderr"

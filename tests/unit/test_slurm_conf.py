@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from bridge.adapters.slurm_cli import parse_show_config
+from bridge.adapters.slurm.cli import parse_show_config
 from bridge.domain.pools import NodePool, PoolSet
 from bridge.domain.slurm_conf import (
     DEFAULT_GLOBALS,

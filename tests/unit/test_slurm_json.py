@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bridge.adapters import slurm_json
+from bridge.adapters.slurm import parse as slurm_json
 from bridge.domain.job_failure import SlurmJob
 from bridge.domain.nodes import SlurmNode
 from bridge.errors import BackendError

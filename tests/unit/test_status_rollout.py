@@ -6,11 +6,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from bridge.cli.status_report import Rollout, as_json, render, rollout_lines, rollouts
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.results import NodeStatus
-from bridge.service import BridgeService
-from bridge.status_report import Rollout, as_json, render, rollout_lines, rollouts
-from bridge.wire import status_from_pb, status_to_pb
+from bridge.rpc.wire import status_from_pb, status_to_pb
+from bridge.service.use_cases import BridgeService
 from tests.unit.fakes import FakePods, FakeSlurm
 from tests.unit.test_cli_status import opts
 from tests.unit.test_service import config

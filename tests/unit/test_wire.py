@@ -1,4 +1,4 @@
-"""bridge.wire alone: every enum value both ways, and what an unknown value from a peer means."""
+"""bridge.rpc.wire alone: each enum value both ways, and what an unknown value from a peer means."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
 from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
-from bridge.wire import (
+from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
+from bridge.rpc.wire import (
     ERROR_CLASS_TO_PB,
     NODE_EVENT_KIND_TO_PB,
     NODE_EVENT_KINDS,

@@ -26,7 +26,7 @@
 //  * request_id is an opaque caller-chosen id that appears in every bridge log line of the call
 //    (and is echoed back); empty means the bridge makes one up. Retries reuse the same id.
 //
-// The generated Python code is committed under bridge/_proto/ so the hooks and installs need no
+// The generated Python code is committed under bridge/rpc/_proto/ so the hooks and installs need no
 // build step (no grpcio-tools at run time); scripts/generate_proto.py regenerates it, and
 // tests/unit/test_proto_generated.py fails when it is stale.
 

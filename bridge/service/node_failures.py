@@ -17,7 +17,7 @@ from bridge.domain.job_failure import FailedJob, nodes_to_release, plan_job_fail
 from bridge.domain.pools import PoolSet
 from bridge.errors import BridgeError
 from bridge.metrics import BridgeMetrics
-from bridge.ports import SlurmPort
+from bridge.service.ports import SlurmPort
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TextIO
 
+from bridge.cli.status_report import iso_utc
 from bridge.domain.circuit import PoolBreakerStatus
-from bridge.status_report import iso_utc
 
 _HEADER = ("POOL", "BREAKER", "FAILS", "POLICY", "PAUSED UNTIL", "LAST REASON")
 
@@ -105,8 +105,8 @@ def pool_json(pools: Sequence[PoolBreakerStatus]) -> str:
 
 def call_pool(target: str, args: argparse.Namespace, out: TextIO) -> int:
     """``pool list|status|resume`` through the bridge at ``target``; the exit status."""
-    from bridge.client import BridgeClient  # grpc: only for the commands that call the bridge
     from bridge.errors import InvalidInput
+    from bridge.rpc.client import BridgeClient  # grpc: only for the commands that call the bridge
 
     with BridgeClient(target, timeout_s=args.timeout) as client:
         if args.pool_command == "resume":

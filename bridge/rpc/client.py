@@ -18,14 +18,13 @@ from typing import TypeVar
 
 import grpc
 
-from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
-from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
 from bridge.domain.circuit import PoolBreakerStatus
 from bridge.domain.results import NodeResult, NodeStatus
 from bridge.errors import BridgeError, CallerNotAllowed, InvalidInput, TransientBackendError
-from bridge.settings import DEFAULT_TARGET
-from bridge.tls import TlsFiles, read_tls_files
-from bridge.wire import (
+from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
+from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
+from bridge.rpc.tls import TlsFiles, read_tls_files
+from bridge.rpc.wire import (
     ERROR_METADATA_KEY,
     NODE_EVENT_KIND_TO_PB,
     NODE_EVENT_KINDS,
@@ -33,6 +32,7 @@ from bridge.wire import (
     result_from_pb,
     status_from_pb,
 )
+from bridge.settings import DEFAULT_TARGET
 
 # TlsFiles and NODE_EVENT_KINDS are part of the client's interface (hooks and tests use them).
 __all__ = [

@@ -6,8 +6,8 @@ is creating right now, and the pod states it patched lately (until the watch sho
 picks up where it left off.
 
 The use cases read here in one sitting; their parts live with collaborators the service holds:
-:mod:`bridge.failing_jobs` (nodes set DOWN, and their jobs), :mod:`bridge.pool_breakers`,
-:mod:`bridge.slurm_plan_writer` and :mod:`bridge.pod_state_writer` (a plan's other writes).
+:mod:`.node_failures` (nodes set DOWN, and their jobs), :mod:`.pool_breakers`,
+:mod:`.slurm_plan_writer` and :mod:`.pod_state_writer` (a plan's other writes).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from bridge.cordons import CordonedNodes
 from bridge.domain.circuit import PoolBreakerStatus
 from bridge.domain.hostlist import compress, expand
 from bridge.domain.node_names import split_hostlist
@@ -49,14 +48,15 @@ from bridge.errors import (
     NoCapacity,
     TransientBackendError,
 )
-from bridge.failing_jobs import JobAwareFailure
 from bridge.metrics import BridgeMetrics
-from bridge.pod_state_writer import PodStateWriter
-from bridge.pool_breakers import PoolBreakers
-from bridge.ports import CordonLister, PodLister, PodPort, SlurmPort
-from bridge.resume_dispatcher import ResumeDispatcher
+from bridge.service.cordons import CordonedNodes
+from bridge.service.node_failures import JobAwareFailure
+from bridge.service.pod_state_writer import PodStateWriter
+from bridge.service.pool_breakers import PoolBreakers
+from bridge.service.ports import CordonLister, PodLister, PodPort, SlurmPort
+from bridge.service.resume_dispatcher import ResumeDispatcher
+from bridge.service.slurm_plan_writer import SlurmPlanWriter
 from bridge.settings import BridgeConfig
-from bridge.slurm_plan_writer import SlurmPlanWriter
 
 log = logging.getLogger(__name__)
 

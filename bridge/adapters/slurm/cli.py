@@ -35,8 +35,8 @@ from tenacity import (
     wait_fixed,
 )
 
-from bridge.adapters import slurm_json
 from bridge.adapters.call_counters import CallCounters, error_kind
+from bridge.adapters.slurm import parse
 from bridge.domain import hostlist
 from bridge.domain.job_failure import SlurmJob
 from bridge.domain.nodes import SlurmNode
@@ -171,7 +171,7 @@ class SlurmCli:
             return []
         argv = self._argv("squeue", "--json", f"--nodelist={hostlist.compress(names)}")
         wanted = set(names)
-        jobs = slurm_json.parse_jobs(self._fetch(argv), _show(argv))
+        jobs = parse.parse_jobs(self._fetch(argv), _show(argv))
         return [job for job in jobs if not wanted.isdisjoint(job.node_names)]
 
     def set_job_admin_comment(self, job_id: int, comment: str) -> None:
@@ -237,11 +237,9 @@ class SlurmCli:
 
         def attempt() -> list[SlurmNode]:
             out = self._run_once(argv)
-            with slurm_json.collector_paused():
+            with parse.collector_paused():
                 # The document is a temporary of this call: freed before the pause ends.
-                return slurm_json.parse_nodes(
-                    self._document(out, argv, slurm_json.load_node_listing), shown
-                )
+                return parse.parse_nodes(self._document(out, argv, parse.load_node_listing), shown)
 
         return self._with_retries(argv, attempt)
 
@@ -299,10 +297,10 @@ class SlurmCli:
         self,
         out: bytes,
         argv: list[str],
-        load: Callable[[bytes, str], dict[str, Any]] = slurm_json.load_document,
+        load: Callable[[bytes, str], dict[str, Any]] = parse.load_document,
     ) -> dict[str, Any]:
         doc = load(out, _show(argv))
-        errors = slurm_json.reported_errors(doc)
+        errors = parse.reported_errors(doc)
         if errors:
             # 22.05 sinfo/squeue exit 0 and report "Unspecified error" inside the document when
             # slurmctld is unreachable: the one cause seen, so treat it as transient.

@@ -1,5 +1,5 @@
 """The ``status`` report: the table, the summary by pool and state, the stuck line, the JSON
-document; pure functions of the rows, the options and the clock (:mod:`bridge.cli_status` runs
+document; pure functions of the rows, the options and the clock (:mod:`bridge.cli.status` runs
 them)."""
 
 from __future__ import annotations

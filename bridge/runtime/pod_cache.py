@@ -1,10 +1,11 @@
 """``PodCache``: the bridge's pods as the watch last saw them, for reconcile and status to read.
 
 Every reconcile pass used to list all pods although the watch already saw every change (0.44 s
-at 10,000 pods, each pass). The watcher (``bridge.app.PodWatcher``) now fills this cache: a list
-replaces it whole, then each watch event updates one pod, so a DELETED pod leaves the cache with
-its event. Until the first list has arrived the cache is not synced, and reading it raises
-instead of answering "no pods": an empty view would make the reconciler recreate or fail nodes.
+at 10,000 pods, each pass). The watcher (``bridge.runtime.pod_watcher.PodWatcher``) now fills
+this cache: a list replaces it whole, then each watch event updates one pod, so a DELETED pod
+leaves the cache with its event. Until the first list has arrived the cache is not synced, and
+reading it raises instead of answering "no pods": an empty view would make the reconciler
+recreate or fail nodes.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from bridge.domain.hostlist import compress
 from bridge.domain.reconcile import SetPodSlurmState
 from bridge.errors import BridgeError
-from bridge.ports import PodPort
+from bridge.service.ports import PodPort
 
 log = logging.getLogger(__name__)
 

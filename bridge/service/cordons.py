@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 
 from bridge.errors import BridgeError, Forbidden
-from bridge.ports import CordonLister
+from bridge.service.ports import CordonLister
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The subcommands that call a running bridge over its socket: ``resume``, ``suspend`` and
-``resume-fail`` (what the hooks do, by hand). ``status`` is in :mod:`bridge.cli_status`."""
+``resume-fail`` (what the hooks do, by hand). ``status`` is in :mod:`bridge.cli.status`."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _print_results(results: Sequence[NodeResult]) -> int:
 
 def call_hook(target: str, args: argparse.Namespace) -> int:
     """``resume``, ``suspend`` or ``resume-fail`` HOSTLIST through the bridge at ``target``."""
-    from bridge.client import BridgeClient
+    from bridge.rpc.client import BridgeClient
 
     with BridgeClient(target, timeout_s=args.timeout) as client:
         if args.command == "resume":

@@ -1,6 +1,6 @@
 """``slurm-k8s-bridge status``: Slurm's and Kubernetes' views of each node, filtered, watched or
 as JSON, with an exit status that says whether a node is stuck (see :mod:`bridge.domain.stuck`). The
-report itself (table, summary, JSON) is :mod:`bridge.status_report`.
+report itself (table, summary, JSON) is :mod:`bridge.cli.status_report`.
 
 The loop takes its clock, its sleep and its fetch as arguments, so that tests drive it without a
 bridge or a terminal.
@@ -15,16 +15,16 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TextIO
 
+from bridge.cli.status_report import StatusOptions, iso_utc, render
 from bridge.domain.circuit import BreakerState
 from bridge.domain.hostlist import expand
 from bridge.domain.nodes import SUFFIX_FLAGS, SlurmNode
 from bridge.domain.results import NodeStatus
 from bridge.domain.stuck import DEFAULT_AFTER, POD_PHASES, Sighting, track
 from bridge.errors import BridgeError, InvalidInput
-from bridge.status_report import StatusOptions, iso_utc, render
 
 if TYPE_CHECKING:
-    from bridge.client import BridgeClient
+    from bridge.rpc.client import BridgeClient
 
 EXIT_OK, EXIT_STUCK, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
@@ -294,7 +294,7 @@ def paused_pools_note(client: BridgeClient) -> str:
 
 def show_status(target: str, args: argparse.Namespace) -> int:
     """``status`` against the bridge at ``target``."""
-    from bridge.client import BridgeClient  # grpc: only for the commands that call the bridge
+    from bridge.rpc.client import BridgeClient  # grpc: only for the commands that call the bridge
 
     try:
         opts = options_from_args(args)

@@ -1,8 +1,8 @@
 """``slurm-k8s-bridge``: the bridge's one command line (serve, the hook calls, status, tools).
 
 The parser and the small commands are here; the hook calls to a running bridge are in
-:mod:`bridge.cli_calls`, ``status`` is in :mod:`bridge.cli_status`, ``pool`` is in
-:mod:`bridge.cli_pools`, ``render-slurm-conf`` is in :mod:`bridge.cli_slurm_conf`.
+:mod:`bridge.cli.calls`, ``status`` is in :mod:`bridge.cli.status`, ``pool`` is in
+:mod:`bridge.cli.pools`, ``render-slurm-conf`` is in :mod:`bridge.cli.slurm_conf`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from bridge import cli_calls, cli_pools, cli_slurm_conf, cli_status
+from bridge.cli import calls, pools, slurm_conf, status
 from bridge.domain.hostlist import expand
 from bridge.errors import BridgeError
 from bridge.settings import DEFAULT_CONFIG_PATH as DEFAULT_PATH
@@ -35,27 +35,28 @@ def _target(args: argparse.Namespace) -> str:
 
 
 def cmd_hook(args: argparse.Namespace) -> int:
-    return cli_calls.call_hook(_target(args), args)
+    return calls.call_hook(_target(args), args)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    return cli_status.show_status(_target(args), args)
+    return status.show_status(_target(args), args)
 
 
 def cmd_pool(args: argparse.Namespace) -> int:
-    return cli_pools.call_pool(_target(args), args, sys.stdout)
+    return pools.call_pool(_target(args), args, sys.stdout)
 
 
 def cmd_render_slurm_conf(args: argparse.Namespace) -> int:
-    return cli_slurm_conf.render_slurm_conf(args, _load_config(args))
+    return slurm_conf.render_slurm_conf(args, _load_config(args))
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from bridge import app  # grpc server and Kubernetes client: only for serve
+    # grpc server and Kubernetes client: only for serve
+    from bridge.runtime import log_format, serve
 
     config = _load_config(args)
-    app.configure_logging(args.log_format or config.bridge.log_format)
-    return app.serve(config)
+    log_format.configure_logging(args.log_format or config.bridge.log_format)
+    return serve.serve(config)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
@@ -129,11 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
         with_socket(p)
         p.set_defaults(func=cmd_hook)
 
-    cli_status.add_status_parser(sub).set_defaults(func=cmd_status)
+    status.add_status_parser(sub).set_defaults(func=cmd_status)
 
-    cli_pools.add_pool_parser(sub).set_defaults(func=cmd_pool)
+    pools.add_pool_parser(sub).set_defaults(func=cmd_pool)
 
-    cli_slurm_conf.add_render_parser(sub).set_defaults(func=cmd_render_slurm_conf)
+    slurm_conf.add_render_parser(sub).set_defaults(func=cmd_render_slurm_conf)
 
     p = sub.add_parser("check-config", help="validate the configuration and summarise it")
     with_config(p)

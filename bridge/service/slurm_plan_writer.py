@@ -19,7 +19,7 @@ from bridge.domain.reconcile import (
     SetComment,
 )
 from bridge.errors import BridgeError
-from bridge.ports import SlurmPort
+from bridge.service.ports import SlurmPort
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ def default_hook_programs() -> dict[str, Path]:
     console scripts pip put next to this interpreter (a venv's ``bin/``)."""
     import sysconfig
 
-    checkout = Path(__file__).resolve().parent.parent / "slurm_plugins"
+    checkout = Path(__file__).resolve().parents[2] / "slurm_plugins"
     if (checkout / "hook.sh").is_file():
         return {kind: checkout / names[0] for kind, names in HOOK_PROGRAMS.items()}
     scripts = Path(sysconfig.get_path("scripts"))
@@ -94,7 +94,7 @@ def _job_ready_program(args: argparse.Namespace) -> str | None:
 def render_slurm_conf(args: argparse.Namespace, config: BridgeConfig) -> int:
     """``render-slurm-conf`` for ``config``: print the lines to Include, or with ``--check``
     compare the render's globals with the running slurmctld's."""
-    from bridge.adapters.slurm_cli import SlurmCli
+    from bridge.adapters.slurm.cli import SlurmCli
     from bridge.domain import slurm_conf as sc
 
     slurm = config.slurm

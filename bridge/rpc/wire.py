@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from datetime import UTC
 
-from bridge._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
 from bridge.domain.circuit import BreakerPolicy, BreakerState, PoolBreakerStatus
 from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
+from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
 
 #: Event kinds NodeEvent accepts (strigger's node events), as the use cases spell them.
 NODE_EVENT_KIND_TO_PB: dict[str, pb.NodeEventKind] = {

@@ -1,6 +1,6 @@
 """The service's ports: what it needs from Slurm and from Kubernetes, as protocols.
 
-The adapters (``bridge.adapters.slurm_cli.SlurmCli``, ``bridge.adapters.kubernetes.PodGateway``)
+The adapters (``bridge.adapters.slurm.cli.SlurmCli``, ``bridge.adapters.kubernetes.PodGateway``)
 and the unit tests' fakes meet them structurally; nothing here imports an adapter.
 """
 
@@ -30,7 +30,7 @@ class CordonLister(Protocol):
 
 
 class SlurmPort(Protocol):
-    """What the service needs from Slurm (``bridge.adapters.slurm_cli.SlurmCli``)."""
+    """What the service needs from Slurm (``bridge.adapters.slurm.cli.SlurmCli``)."""
 
     def list_nodes(self) -> list[SlurmNode]: ...
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from bridge.config import load_config
 from bridge.config.changes import config_change
 from bridge.errors import ConfigError
-from bridge.service import BridgeService
+from bridge.service.use_cases import BridgeService
 
 log = logging.getLogger(__name__)
 

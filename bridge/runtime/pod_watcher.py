@@ -1,0 +1,156 @@
+"""The pod watcher (an informer): lists the bridge's pods once, then watches them into the cache."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Protocol
+
+from bridge.adapters.kubernetes import PodEvent, WatchExpired
+from bridge.domain.pods import PodView
+from bridge.errors import BridgeError
+from bridge.metrics import BridgeMetrics
+from bridge.runtime.pod_cache import PodCache
+
+log = logging.getLogger(__name__)
+
+
+class PodSource(Protocol):
+    """What the watcher needs from Kubernetes (``PodGateway``)."""
+
+    def list_pods(self) -> tuple[list[PodView], str]: ...
+
+    def watch(
+        self,
+        resource_version: str,
+        timeout_s: int = 60,
+        *,
+        on_bookmark: Callable[[str], None] | None = None,
+    ) -> Iterator[PodEvent]: ...
+
+
+class Pokeable(Protocol):
+    """What the watcher needs from the reconciler: a nudge to run a pass soon."""
+
+    def poke(self) -> None: ...
+
+
+class PodWatcher:
+    """Keeps ``cache`` current (an informer): lists our pods once, then watches them, applies
+    every change to the cache and pokes the reconciler.
+
+    A watch the server ends at its timeout resumes from the last resourceVersion seen (an
+    event's or a bookmark's): no list. Every failure leads to the same recovery: list again
+    (the list replaces the cache at once), poke the reconciler (the list may hold changes the
+    watch missed) and watch from the list's resourceVersion. That is 410 Gone, an ERROR event,
+    a dropped connection, a malformed event, or a bug in the client. Repeated failures back off
+    exponentially, ``backoff_s`` doubling up to ``max_backoff_s``; a first 410 relists at once.
+    Only :meth:`stop` ends the loop.
+    """
+
+    def __init__(
+        self,
+        pods: PodSource,
+        reconciler: Pokeable,
+        *,
+        cache: PodCache | None = None,
+        metrics: BridgeMetrics | None = None,
+        watch_timeout_s: int = 30,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 10.0,
+    ) -> None:
+        self.pods = pods
+        self.reconciler = reconciler
+        self.cache = cache or PodCache()
+        #: Hears of pods turning Running (the resume latency) and of failed watches.
+        self.metrics = metrics
+        self.watch_timeout_s = watch_timeout_s
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pod-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, wait_s: float = 0.0) -> bool:
+        """Ask the loop to end and wait up to ``wait_s`` for it; True once it has ended.
+
+        A watch blocks until its next event or its timeout, so by default this does not wait.
+        """
+        self._stop.set()
+        if wait_s > 0 and self._thread.is_alive():
+            self._thread.join(timeout=wait_s)
+        return not self._thread.is_alive()
+
+    def _backoff(self, failures: int) -> float:
+        return float(min(self.backoff_s * 2 ** (failures - 1), self.max_backoff_s))
+
+    def _count_error(self, error: BridgeError) -> None:
+        # The watch's stream fails outside the adapter's call(): count it where it ends.
+        if self.metrics is not None:
+            self.metrics.backend_error("kubernetes", type(error).__name__)
+
+    def _run(self) -> None:
+        failures = 0  # in a row, without an event or a clean end in between
+        listed_ok = False  # whether the cache holds a list the current watch continues
+        while not self._stop.is_set():
+            version = ""
+            try:
+                if not listed_ok:
+                    listed, version = self.pods.list_pods()
+                    self.cache.replace(listed, version)
+                    listed_ok = True
+                    if failures:
+                        log.info(
+                            "pod watch recovered: listed %d pod(s), "
+                            "watching from resourceVersion %s",
+                            len(listed),
+                            version,
+                        )
+                    self.reconciler.poke()
+                version = self.cache.version
+                events = self.pods.watch(
+                    version, timeout_s=self.watch_timeout_s, on_bookmark=self.cache.bookmark
+                )
+                for event in events:
+                    failures = 0
+                    log.debug("pod %s %s phase=%s", event.pod.name, event.kind, event.pod.phase)
+                    self.cache.apply(event.kind, event.pod, event.resource_version)
+                    if self.metrics is not None and event.pod.phase == "Running":
+                        self.metrics.pod_running(event.pod.node, time.monotonic())
+                    self.reconciler.poke()
+                    if self._stop.is_set():
+                        return
+                # The server ended the watch at its timeout: resume from the last version seen.
+                failures = 0
+                continue
+            except WatchExpired as e:
+                self._count_error(e)
+                failures += 1
+                delay = 0.0 if failures == 1 else self._backoff(failures - 1)
+                log.info(
+                    "pod watch expired at resourceVersion %s, listing again in %.2fs: %s",
+                    version or "-",
+                    delay,
+                    e,
+                )
+            except BridgeError as e:
+                self._count_error(e)
+                failures += 1
+                delay = self._backoff(failures)
+                log.warning(
+                    "pod watch failed (%s), listing again in %.2fs: %s",
+                    type(e).__name__,
+                    delay,
+                    e,
+                )
+            except Exception:
+                # A bug (ours or the client's) must not leave the bridge polling only.
+                failures += 1
+                delay = self._backoff(failures)
+                log.exception("pod watch crashed, listing again in %.2fs", delay)
+            listed_ok = False
+            self._stop.wait(delay)

@@ -1,0 +1,67 @@
+"""The reconcile loop: a pass every interval, and soon after a poke (a pod event, an RPC)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from bridge.errors import BridgeError
+from bridge.runtime.pod_cache import NotSynced
+from bridge.service.use_cases import BridgeService
+
+log = logging.getLogger(__name__)
+
+
+class Reconciler:
+    """Runs ``reconcile_once`` every interval, and soon after a poke (pod event, RPC)."""
+
+    def __init__(
+        self,
+        service: BridgeService,
+        interval_s: float,
+        min_gap_s: float = 0.3,
+        *,
+        before_pass: Callable[[], object] | None = None,
+    ) -> None:
+        self.service = service
+        self.interval_s = interval_s
+        self.min_gap_s = min_gap_s
+        #: Runs on this thread before every pass (the config reload), never during one.
+        self.before_pass = before_pass
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="reconcile", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                if self.before_pass is not None:
+                    self.before_pass()
+                actions = self.service.reconcile_once()
+                if actions:
+                    log.info("reconcile: %d action(s)", len(actions))
+            except NotSynced as e:
+                # Deciding on an empty view would recreate or fail every node: wait for the list.
+                log.info("reconcile pass skipped: %s", e)
+            except BridgeError as e:
+                log.warning("reconcile pass failed (next pass retries): %s", e)
+            except Exception:
+                log.exception("reconcile pass crashed (next pass retries)")
+            # Pod events arrive in bursts; coalesce them.
+            self._stop.wait(self.min_gap_s)

@@ -1,0 +1,203 @@
+"""Composition root: wire config, adapters, service, gRPC server, the reconcile loop and the pod
+watcher, and run them until a signal."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from types import FrameType
+
+from bridge.adapters.kubernetes import PodGateway
+from bridge.adapters.slurm.cli import SlurmCli, read_slurm_user
+from bridge.api import TlsServerFiles, build_server
+from bridge.api.peer_gate import resolve_uids, user_name
+from bridge.domain.disruption_budget import render_disruption_budgets
+from bridge.errors import BridgeError, ConfigError
+from bridge.metrics import BridgeMetrics, MetricsServer
+from bridge.runtime.config_reload import ConfigReloader
+from bridge.runtime.pod_cache import PodCache
+from bridge.runtime.pod_watcher import PodWatcher
+from bridge.runtime.reconciler import Reconciler
+from bridge.service.use_cases import BridgeService
+from bridge.settings import BridgeConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Bridge:
+    """A running bridge: stop() shuts it down gracefully."""
+
+    service: BridgeService
+    pods: PodGateway
+    reconciler: Reconciler
+    watcher: PodWatcher
+    server: object
+    metrics_server: MetricsServer | None = None
+    #: Reloads the configuration file (SIGHUP, or the file changed); None without a file.
+    reloader: ConfigReloader | None = None
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        self.server.stop(grace_s)  # type: ignore[attr-defined]
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
+        self.watcher.stop()
+        self.reconciler.stop()
+        # Before the gateway closes: accepted resumes still being created need it.
+        self.service.close(grace_s)
+        self.pods.close()
+
+
+def allowed_caller_uids(config: BridgeConfig) -> frozenset[int]:
+    """Who may call over the Unix socket: root, this process's user, Slurm's SlurmUser (whose
+    slurmctld runs the hooks) and ``bridge.allowed_callers``."""
+    uids = {0, os.geteuid()}
+    try:
+        slurm_user = read_slurm_user(config.slurm.conf)
+    except BridgeError as e:
+        log.warning("%s: add SlurmUser to bridge.allowed_callers or its hooks are refused", e)
+    else:
+        try:
+            uids |= resolve_uids([slurm_user])
+        except KeyError as e:
+            log.warning("SlurmUser %s is not a user on this host: %s", slurm_user, e)
+    try:
+        uids |= resolve_uids(config.bridge.allowed_callers)
+    except KeyError as e:
+        raise ConfigError(f"bridge.allowed_callers: {e.args[0]}") from None
+    log.info(
+        "callers allowed on the socket: %s",
+        ", ".join(f"{uid}({user_name(uid)})" for uid in sorted(uids)),
+    )
+    return frozenset(uids)
+
+
+def log_slurm_version(slurm: SlurmCli, bin_dir: str) -> None:
+    """Log the Slurm release once at start, so that every log of a run says which series'
+    behaviour to expect. Not fatal when unknown: slurm.conf may appear later, and the first
+    listing probes again."""
+    try:
+        log.info("Slurm %s at %s", slurm.version(), bin_dir)
+    except BridgeError as e:
+        log.warning("Slurm version unknown (probed again on first use): %s", e)
+
+
+def ensure_disruption_budgets(config: BridgeConfig, pods: PodGateway) -> None:
+    """Create or patch the PodDisruptionBudget of every pool that asks for one. Not fatal: without
+    it ``kubectl drain`` evicts busy pods (their nodes fail fast and Slurm requeues the jobs)."""
+    for manifest in render_disruption_budgets(config.pools, config.pod_settings()):
+        name = manifest["metadata"]["name"]
+        try:
+            created = pods.ensure_disruption_budget(manifest)
+        except BridgeError as e:
+            log.warning(
+                "poddisruptionbudget %s not ensured (kubectl drain may evict busy pods; the Role "
+                "needs get, create, patch on policy/poddisruptionbudgets): %s",
+                name,
+                e,
+            )
+            continue
+        log.info(
+            "poddisruptionbudget %s %s: minAvailable %d",
+            name,
+            "created" if created else "updated",
+            manifest["spec"]["minAvailable"],
+        )
+
+
+def start(config: BridgeConfig) -> Bridge:
+    """Connect the adapters, start the gRPC server, the metrics endpoint (when
+    ``bridge.metrics_address`` is set), the watch and the reconcile loop."""
+    metrics = BridgeMetrics()
+    pods = PodGateway.connect(
+        kubeconfig=config.kubernetes.kubeconfig,
+        context=config.kubernetes.context,
+        namespace=config.kubernetes.namespace,
+        cluster_name=config.cluster_name,
+        concurrency=config.bridge.create_concurrency,
+        counters=metrics,
+    )
+    slurm = SlurmCli(
+        bin_dir=config.slurm.bin_dir,
+        timeout_s=config.slurm.command_timeout_s,
+        conf=config.slurm.conf,
+        counters=metrics,
+    )
+    log_slurm_version(slurm, config.slurm.bin_dir)
+    # Reconcile and status read the watch's cache; the watcher below fills it.
+    cache = PodCache()
+    service = BridgeService(config, slurm, pods, pod_views=cache, metrics=metrics, cordons=pods)
+    reloader = ConfigReloader(service, config.source) if config.source else None
+    reconciler = Reconciler(
+        service,
+        config.bridge.reconcile_interval_s,
+        before_pass=reloader.reload_if_due if reloader is not None else None,
+    )
+    tls = None
+    if config.bridge.tls_cert and config.bridge.tls_key and config.bridge.tls_client_ca:
+        tls = TlsServerFiles(
+            config.bridge.tls_cert, config.bridge.tls_key, config.bridge.tls_client_ca
+        )
+    # Before the gRPC server binds its socket: a bad or busy address stops the bridge before it
+    # serves anything, and leaves no socket behind.
+    metrics_server = (
+        metrics.serve(config.bridge.metrics_address) if config.bridge.metrics_address else None
+    )
+    server = build_server(
+        service,
+        allowed_uids=allowed_caller_uids(config),
+        allowed_client_names=frozenset(config.bridge.tls_client_names),
+        unix_socket=config.bridge.socket or None,
+        socket_mode=config.bridge.socket_mode,
+        socket_group=config.bridge.socket_group,
+        tcp_listen=config.bridge.tcp_listen,
+        tls=tls,
+        metrics=metrics,
+    )
+    server.start()
+    watcher = PodWatcher(pods, reconciler, cache=cache, metrics=metrics)
+    ensure_disruption_budgets(config, pods)  # before the first pass, which may drain nodes
+    reconciler.start()
+    watcher.start()
+    reconciler.poke()  # converge at once after a (re)start
+    log.info(
+        "bridge serving on %s%s; namespace %s; pools %s",
+        config.bridge.socket,
+        f" and {config.bridge.tcp_listen}" if config.bridge.tcp_listen else "",
+        config.kubernetes.namespace,
+        ", ".join(f"{p.name}={p.nodes}" for p in config.pools),
+    )
+    return Bridge(service, pods, reconciler, watcher, server, metrics_server, reloader)
+
+
+def serve(config: BridgeConfig) -> int:
+    """Run until SIGTERM/SIGINT, then shut down gracefully."""
+    bridge = start(config)
+    stopping = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %d: shutting down", signum)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    reloader = bridge.reloader
+    if reloader is not None:
+
+        def on_hangup(_signum: int, _frame: FrameType | None) -> None:
+            # The reconcile thread reloads before its next pass: no lock in a signal handler.
+            log.info("SIGHUP: reloading %s", reloader.path)
+            reloader.request()
+            bridge.reconciler.poke()
+
+        signal.signal(signal.SIGHUP, on_hangup)
+    while not stopping.is_set():
+        stopping.wait(1.0)
+    started = time.monotonic()
+    bridge.stop()
+    log.info("stopped in %.1fs", time.monotonic() - started)
+    return 0
