@@ -6,10 +6,10 @@ SHELL := /bin/bash
 PYTHON ?= $(or $(wildcard /usr/bin/python3),python3)
 VENV := .venv
 PY := $(VENV)/bin/python
-PG := PYTHONPATH=deploy/local $(PY) -m proving_ground
+PG := PYTHONPATH=dev $(PY) -m proving_ground
 # SLURM=22.05 or 24.11 (make up, demo, test): the proving ground's Slurm series; 26.05 (from
 # Debian sid) when unset. 24.11 and 26.05 run from a cached Debian root, 22.05 is the host's
-# (deploy/local/proving_ground/slurm_series.py).
+# (dev/proving_ground/slurm_series.py).
 ifdef SLURM
 export SKB_SLURM := $(SLURM)
 endif
@@ -26,7 +26,7 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 deps: ## install Debian packages the proving ground needs (root; idempotent)
-	@deploy/local/install-deps.sh
+	@dev/install-deps.sh
 
 $(VENV)/.stamp: pyproject.toml
 	$(PYTHON) -m venv --clear $(VENV)  # --clear: never mix two interpreters in one venv
@@ -37,7 +37,7 @@ venv: $(VENV)/.stamp ## the project's virtualenv (.venv) with the package instal
 
 # The hooks' static Go client (slurm_plugins/hookclient); hook.sh execs it when built and falls
 # back to Python without it. Go is not a Debian package here: the proving ground's own builds
-# (deploy/local/build-kubernetes.sh) need the same toolchain.
+# (dev/build-kubernetes.sh) need the same toolchain.
 GO ?= $(or $(shell command -v go 2>/dev/null),$(wildcard /usr/local/go/bin/go))
 HOOK_BIN := slurm_plugins/bin/skb-hook
 HOOK_SRC := $(wildcard slurm_plugins/hookclient/*.go slurm_plugins/hookclient/internal/bridgepb/*.go) \
@@ -55,7 +55,7 @@ $(HOOK_BIN): $(HOOK_SRC)
 hook-client: $(HOOK_BIN) ## the hooks' static Go client, slurm_plugins/bin/skb-hook (rebuilt when its sources change)
 
 build: ## build Kubernetes, etcd, kwok, kustomize, crictl into the cache (once)
-	@deploy/local/build-kubernetes.sh
+	@dev/build-kubernetes.sh
 
 up: deps venv hook-client ## start the proving ground (idempotent)
 	@$(PG) up
@@ -67,13 +67,13 @@ status: venv ## what the proving ground runs
 	@$(PG) status
 
 lint: venv ## ruff, mypy --strict and the import contracts (pyproject's [tool.importlinter])
-	$(VENV)/bin/ruff check bridge tests deploy/local scripts bench
-	$(VENV)/bin/ruff format --check bridge tests deploy/local scripts bench
+	$(VENV)/bin/ruff check bridge tests dev
+	$(VENV)/bin/ruff format --check bridge tests dev
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
 proto: venv ## regenerate bridge/rpc/_proto (and the Go hook client's internal/bridgepb) from proto/
-	$(PY) scripts/generate_proto.py
+	$(PY) dev/generate_proto.py
 	@if PATH="$$HOME/go/bin:$$PATH" command -v protoc-gen-go-grpc >/dev/null; then \
 		PATH="$$HOME/go/bin:$$PATH" slurm_plugins/hookclient/generate.sh; \
 	else echo "make proto: protoc-gen-go(-grpc) not installed: Go code left alone (see slurm_plugins/hookclient/generate.sh)"; fi
@@ -89,17 +89,17 @@ demo: deps venv hook-client ## the elastic cycle, live: jobs scale slurmd pods u
 	@$(PG) demo
 
 bench: deps venv hook-client ## benchmarks (ratios against a baseline measured in the same run)
-	@$(PY) bench/run.py
+	@$(PY) dev/bench/run.py
 
 CHAOS_ARGS ?= --rounds 3 --nodes 200 --fault-seconds 60
 chaos: deps venv hook-client ## fault storms on kwok nodes (~15 min; CHAOS_ARGS=...), then the fuzz suite at 25,000 examples
-	@rc=0; $(PY) bench/chaos.py $(CHAOS_ARGS) || rc=$$?; \
+	@rc=0; $(PY) dev/bench/chaos.py $(CHAOS_ARGS) || rc=$$?; \
 	if [ -f tests/unit/test_fuzz.py ]; then \
 		SKB_FUZZ_EXAMPLES=25000 $(PY) -m pytest tests/unit/test_fuzz.py -q || rc=1; \
 	fi; exit $$rc
 
 image: ## slurmd image of a Slurm series (deploy/images/slurmd): SLURM=24.11 [REGISTRY=host/path PUSH=1] [BASE=image]
-	@PYTHONPATH=deploy/local $(PYTHON) -m proving_ground.images -v --slurm $(or $(SLURM),26.05) \
+	@PYTHONPATH=dev $(PYTHON) -m proving_ground.images -v --slurm $(or $(SLURM),26.05) \
 		$(if $(REGISTRY),--registry $(REGISTRY)) $(if $(filter 1 yes true,$(PUSH)),--push) \
 		$(if $(BASE),--base $(BASE))
 

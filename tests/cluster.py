@@ -356,15 +356,19 @@ def metric_total(scrape: Scrape, name: str, **labels: str) -> float:
 
 
 def run_bench(script: str, *args: str, timeout: float) -> str:
-    """``bench/<script>`` run as ``make bench``/``make chaos`` run it (this interpreter, its own
+    """``dev/bench/<script>`` run as ``make bench``/``make chaos`` run it (this interpreter, its own
     process); its output, stdout then stderr. A non-zero exit fails, with that output."""
     done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve().parents[1] / "bench" / script), *args],
+        [
+            sys.executable,
+            str(Path(__file__).resolve().parents[1] / "dev" / "bench" / script),
+            *args,
+        ],
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
     )
     output = done.stdout + done.stderr
-    assert done.returncode == 0, f"bench/{script} exited {done.returncode}:\n{output}"
+    assert done.returncode == 0, f"dev/bench/{script} exited {done.returncode}:\n{output}"
     return output

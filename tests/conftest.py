@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "deploy" / "local"))
+sys.path.insert(0, str(ROOT / "dev"))
 
 from proving_ground import ground, layout, slurm  # noqa: E402
 

@@ -36,7 +36,7 @@ def show(value: Any) -> str:
 class _Loader(yaml.SafeLoader):
     """SafeLoader that composes no alias into its own node and nests at most MAX_YAML_DEPTH.
 
-    Aliases stay allowed (deploy/local/bridge.yaml shares a pod template with ``&real``), but
+    Aliases stay allowed (dev/bridge.yaml shares a pod template with ``&real``), but
     ``a: &x [*x]`` would be a cycle that every later walk recurses into forever, and PyYAML's
     composer itself recurses once per level of nesting.
     """

@@ -221,7 +221,7 @@ def _render_sharing_the_template(
         spec["dnsConfig"] = dns
     # Ready only once slurmd registered: the reconciler sets the condition from Slurm's view.
     # (kwok's default pod stage sets every gate's condition True; the proving ground's kwok
-    # leaves them alone, as a kubelet does: deploy/local/proving_ground/kwok-pod-stages.yaml.)
+    # leaves them alone, as a kubelet does: dev/proving_ground/kwok-pod-stages.yaml.)
     gates = [
         g
         for g in spec.get("readinessGates") or []

@@ -41,7 +41,7 @@ NAMESPACES = ("namespace", "overlays/in-cluster/namespace")
 #: Bridge configurations whose pools must pass the default allow-lists (namespace/): the
 #: proving ground's (it applies them), the in-cluster overlay's and docker-compose's.
 CONFIGS = (
-    ROOT / "deploy" / "local" / "bridge.yaml",
+    ROOT / "dev" / "bridge.yaml",
     KUSTOMIZE_DIR / "overlays" / "in-cluster" / "bridge.yaml",
     ROOT / "deploy" / "compose" / "bridge.yaml",
 )

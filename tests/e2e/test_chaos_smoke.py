@@ -2,7 +2,7 @@
 
 The full run (`make chaos`: rounds of 200+ nodes, 60 s faults) is too long for `make test`; this
 smoke proves the harness and the bridge's behaviour under each fault on every test run. It runs
-``bench/chaos.py`` as a program, exactly as `make chaos` does, and needs every count at 0.
+``dev/bench/chaos.py`` as a program, exactly as `make chaos` does, and needs every count at 0.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ def test_make_demo_shows_the_cycle_a_fail_fast_and_the_metrics(
     use("cpu-[0-15],big-[0-3],broken-[0-1]")
     env = {
         **pg.env,
-        "PYTHONPATH": str(pg.layout.root / "deploy" / "local"),
+        "PYTHONPATH": str(pg.layout.root / "dev"),
         # The demo brings the ground up: the one running, not another series.
         "SKB_SLURM": pg.series,
         "SKB_AUTH": pg.auth,

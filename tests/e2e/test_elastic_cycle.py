@@ -195,7 +195,7 @@ def broken_pool_cycle(pg: ProvingGround, use: Use, tmp_path: Path) -> None:
     )
     assert _stuck_nodes("broken-1") == [], "back at idle~, nothing is stuck"
     # Fix the pool's image in the configuration and restart the bridge (it reads it at start).
-    config = (pg.layout.root / "deploy/local/bridge.yaml").read_text()
+    config = (pg.layout.root / "dev/bridge.yaml").read_text()
     fixed = tmp_path / "bridge.yaml"
     fixed.write_text(config.replace("slurmd:does-not-exist", "slurmd:dev"))
     restart_bridge(pg, fixed)

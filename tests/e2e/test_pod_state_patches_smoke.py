@@ -1,4 +1,4 @@
-"""A short `make bench` pod-state row: bench/pod_state_patches.py at 50 kwok nodes.
+"""A short `make bench` pod-state row: dev/bench/pod_state_patches.py at 50 kwok nodes.
 
 The full count (1,000 nodes) is a `make bench` row; this smoke runs the same program, exactly as
 the bench does, so the harness, the bridge's own patch counter and the ground's kwok stages (no

@@ -67,7 +67,7 @@ def test_a_failing_pool_pauses_the_other_keeps_serving_and_pool_resume_ends_it(
     pg = proving_ground
     use("broken-[0-1]")
     use("cpu-6")
-    config = (pg.layout.root / "deploy/local/bridge.yaml").read_text()
+    config = (pg.layout.root / "dev/bridge.yaml").read_text()
     anchor = "    partition: broken\n"
     assert anchor in config
     with_breaker = tmp_path / "bridge.yaml"

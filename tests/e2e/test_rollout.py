@@ -30,7 +30,7 @@ pytestmark = pytest.mark.e2e
 
 NODE = "cpu-11"
 HASH_LABEL = "slurm-k8s-bridge.io/template-hash"
-#: The last env entry of the slurmd container in deploy/local/bridge.yaml's `cpu` template (the
+#: The last env entry of the slurmd container in dev/bridge.yaml's `cpu` template (the
 #: `&real` anchor: the pools that alias it change too, which rolls nothing they do not run).
 ENV_ANCHOR = (
     "              - name: MUNGE_SOCKET\n"
@@ -73,7 +73,7 @@ def test_a_template_change_rolls_a_busy_node_after_its_job(
 ) -> None:
     pg = proving_ground
     use(NODE)
-    original = (pg.layout.root / "deploy/local/bridge.yaml").read_text()
+    original = (pg.layout.root / "dev/bridge.yaml").read_text()
     # The first occurrence is pool cpu's template (the &real anchor that big aliases too).
     assert 0 <= original.find(ENV_ANCHOR) < original.find("- name: big"), "cpu's env moved"
     config = tmp_path / "bridge.yaml"

@@ -17,9 +17,9 @@ from tests.conftest import ProvingGround
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "dev" / "bench"))
 
-import resume_scale  # noqa: E402 (bench/ is not a package)
+import resume_scale  # noqa: E402 (dev/bench/ is not a package)
 
 NODES = 200
 

@@ -58,7 +58,7 @@ def test_ground_series_image_reports_the_ground_slurm(proving_ground: ProvingGro
 
 
 def test_proving_ground_runs_the_containerfile_build(proving_ground: ProvingGround) -> None:
-    """containerd's ``slurmd:dev`` (what deploy/local/bridge.yaml names) is the current recipe."""
+    """containerd's ``slurmd:dev`` (what dev/bridge.yaml names) is the current recipe."""
     socket = str(proving_ground.layout.containerd_socket)
     listed = subprocess.run(
         ["ctr", "--address", socket, "-n", "k8s.io", "images", "ls"],

@@ -97,7 +97,7 @@ def test_reconciler_deletes_a_pod_whose_node_is_powered_down(
     assert "POWERED_DOWN" in node(pg, "sim-30")["State"]
     wait_for("orphan pod deleted", lambda: not _pods_for(pg, ["sim-30"]) or None, 60, every=0.5)
     age = time.monotonic() - created
-    # pod_age_guard_s is 10 in deploy/local/bridge.yaml: never before it.
+    # pod_age_guard_s is 10 in dev/bridge.yaml: never before it.
     assert age >= 9.5, f"deleted after {age:.1f}s, before the age guard"
     print(f"powered-down node's pod deleted after {age:.1f}s (guard 10 s + reconcile interval)")
 

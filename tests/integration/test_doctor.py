@@ -16,7 +16,7 @@ from tests.conftest import ROOT, ProvingGround
 
 pytestmark = pytest.mark.integration
 
-CONFIG = ROOT / "deploy" / "local" / "bridge.yaml"
+CONFIG = ROOT / "dev" / "bridge.yaml"
 RBAC = ROOT / "deploy" / "kustomize" / "base" / "rbac.yaml"
 THROWAWAY = "skb-doctor-test"
 

@@ -1,4 +1,4 @@
-"""deploy/local/install-deps.sh (`make deps`) on this machine: every executable the proving ground,
+"""dev/install-deps.sh (`make deps`) on this machine: every executable the proving ground,
 the tests, the demo and the compose path run is checked, and a missing one is named with its
 Debian package (issue 7: a fresh machine lacked /usr/bin/catatonit, which podman only Recommends).
 
@@ -20,7 +20,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "deploy" / "local" / "install-deps.sh"
+SCRIPT = ROOT / "dev" / "install-deps.sh"
 REMOVED = "catatonit"
 REMOVED_PATH = Path("/usr/bin/catatonit")
 

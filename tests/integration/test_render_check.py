@@ -15,7 +15,7 @@ from tests.conftest import ProvingGround
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIG = ROOT / "deploy" / "local" / "bridge.yaml"
+CONFIG = ROOT / "dev" / "bridge.yaml"
 
 
 def check(pg: ProvingGround, *argv: str) -> subprocess.CompletedProcess[str]:

@@ -33,6 +33,9 @@ from bridge.adapters.kubernetes.gateway import CONCURRENCY
 
 Session = BaseException | Sequence[bytes | BaseException]
 
+#: How often the server checks for shutdown(); the suite's teardowns wait this long.
+SHUTDOWN_POLL_S = 0.01
+
 
 def line(event: object) -> bytes:
     """One watch event as the API server writes it: JSON and a newline."""
@@ -266,7 +269,12 @@ class FakeApiServer:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # serve_forever's default 0.5 s poll is how long shutdown() waits: ~13 s over the suite.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": SHUTDOWN_POLL_S},
+            daemon=True,
+        )
         self._thread.start()
 
     def _next(self, method: str, path: str, headers: dict[str, str], body: bytes) -> Answer:

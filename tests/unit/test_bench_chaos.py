@@ -1,4 +1,4 @@
-"""bench/chaos.py's namespace allow-lists come from the ground's namespace manifest (the run
+"""dev/bench/chaos.py's namespace allow-lists come from the ground's namespace manifest (the run
 itself needs the proving ground)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "dev" / "bench"))
 
 import chaos
 

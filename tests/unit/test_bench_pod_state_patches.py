@@ -1,4 +1,4 @@
-"""bench/pod_state_patches.py's pure part: reading the apiserver's and the bridge's metrics,
+"""dev/bench/pod_state_patches.py's pure part: reading the apiserver's and the bridge's metrics,
 counting transitions from the pods, and the verdict (the run itself needs the proving ground)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "dev" / "bench"))
 
 import pod_state_patches
 from pod_state_patches import Counters, Phase, Shown

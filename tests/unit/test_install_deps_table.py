@@ -1,4 +1,4 @@
-"""deploy/local/install-deps.sh's table (``--list``): the executables the proving ground runs by
+"""dev/install-deps.sh's table (``--list``): the executables the proving ground runs by
 absolute path are installed by ``make deps`` and checked after it. The script itself, apt and the
 check against this machine are tested in tests/integration/test_install_deps.py."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-SCRIPT = ROOT / "deploy" / "local" / "install-deps.sh"
+SCRIPT = ROOT / "dev" / "install-deps.sh"
 
 
 def listed_rows() -> dict[str, str]:

@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = [
     "deploy/examples/bridge.yaml",
     "deploy/compose/bridge.yaml",
-    "deploy/local/bridge.yaml",
+    "dev/bridge.yaml",
     "deploy/kustomize/overlays/in-cluster/bridge.yaml",
 ]
 _DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"

@@ -24,7 +24,7 @@ def _files(root: Path) -> dict[str, bytes]:
 def regenerated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     out = tmp_path_factory.mktemp("proto")
     subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "generate_proto.py"), "--out", str(out)],
+        [sys.executable, str(REPO / "dev" / "generate_proto.py"), "--out", str(out)],
         check=True,
         capture_output=True,
         timeout=120,
@@ -34,7 +34,7 @@ def regenerated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
 
 def test_same_file_set(regenerated: dict[str, bytes]) -> None:
     assert sorted(_files(COMMITTED)) == sorted(regenerated), (
-        "bridge/rpc/_proto is stale: run `python scripts/generate_proto.py`"
+        "bridge/rpc/_proto is stale: run `python dev/generate_proto.py`"
     )
 
 
@@ -53,7 +53,7 @@ def test_committed_file_is_current(regenerated: dict[str, bytes], name: str) -> 
     committed = COMMITTED / name
     assert committed.read_bytes() == regenerated[name], (
         f"bridge/rpc/_proto/{name} differs from what proto/ generates: "
-        "run `python scripts/generate_proto.py` and commit the result"
+        "run `python dev/generate_proto.py` and commit the result"
     )
 
 

@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "deploy" / "local"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "dev"))
 from proving_ground import slurm_series
 
 HERE = Path(__file__).resolve().parent

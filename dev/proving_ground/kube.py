@@ -258,9 +258,7 @@ def _dns_answers() -> bool:
 def start_coredns(layout: Layout, state: State) -> None:
     """The cluster's DNS on the pod bridge's address (the kubelet's clusterDNS)."""
     if not layout.coredns_bin.exists():
-        raise ProvingGroundError(
-            f"{layout.coredns_bin} missing: run deploy/local/build-kubernetes.sh"
-        )
+        raise ProvingGroundError(f"{layout.coredns_bin} missing: run dev/build-kubernetes.sh")
     corefile = layout.local / "coredns" / "Corefile"
     corefile.parent.mkdir(parents=True, exist_ok=True)
     corefile.write_text(_corefile(layout))
@@ -384,7 +382,7 @@ def kwok_node_manifest(name: str) -> dict[str, object]:
 
 def start_kwok(layout: Layout, state: State) -> None:
     if not layout.kwok_bin.exists():
-        raise ProvingGroundError(f"{layout.kwok_bin} missing: run deploy/local/build-kubernetes.sh")
+        raise ProvingGroundError(f"{layout.kwok_bin} missing: run dev/build-kubernetes.sh")
     manifests = {
         "apiVersion": "v1",
         "kind": "List",

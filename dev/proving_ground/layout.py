@@ -33,7 +33,7 @@ CLUSTER_DOMAIN = "cluster.local"
 
 
 def repo_root() -> Path:
-    return Path(__file__).resolve().parents[3]
+    return Path(__file__).resolve().parents[2]
 
 
 def cache_dir() -> Path:

@@ -24,7 +24,7 @@ SUSPEND_TIME, SUSPEND_TIMEOUT, RESUME_TIMEOUT = 20, 10, 180
 SLURMD_TIMEOUT = 30
 
 
-# How the ground (and any whole 22.05 cluster of our own, e.g. bench/chaos.py) asks the
+# How the ground (and any whole 22.05 cluster of our own, e.g. dev/bench/chaos.py) asks the
 # renderer for what a site's Include must not impose: PrivateData=cloud (22.05 hides CLOUD
 # nodes without it), power saving timed globally too, config_overrides (slurmd in a pod sees the
 # host's hardware), TreeWidth, rates, ReturnToService; power_save_interval=5 and
@@ -80,7 +80,7 @@ def controller_lines(
     auth: str = slurm_series.AUTH_MUNGE,
 ) -> list[str]:
     """The site part of a slurm.conf for a slurmctld of ours on this host (the ground's, and any
-    other whole 22.05 cluster of ours such as bench/chaos.py's): ``auth`` (munge on our own
+    other whole 22.05 cluster of ours such as dev/bench/chaos.py's): ``auth`` (munge on our own
     socket by default), state and logs where given, Slurm's simplest plugins."""
     host = socket.gethostname().split(".")[0]
     return [
@@ -122,8 +122,7 @@ def render_slurm_conf(
     plugins = layout.root / "slurm_plugins"
     lines = [
         *controller_lines(
-            "# Written by the proving ground (deploy/local/proving_ground/slurm.py); "
-            "edits are lost.",
+            "# Written by the proving ground (dev/proving_ground/slurm.py); edits are lost.",
             cluster="provingground",
             port=SLURMCTLD_PORT,
             state_dir=layout.slurm,
@@ -152,7 +151,7 @@ def render_slurm_conf(
 
 
 def bridge_config_path(layout: Layout) -> Path:
-    return layout.root / "deploy" / "local" / "bridge.yaml"
+    return layout.root / "dev" / "bridge.yaml"
 
 
 HOSTS_FILE = Path("/etc/hosts")

@@ -142,7 +142,7 @@ def start_bridge(
     config: Path | None = None,
     env_overrides: Mapping[str, str] | None = None,
 ) -> int:
-    """Start ``slurm-k8s-bridge serve`` (with ``config`` instead of deploy/local/bridge.yaml;
+    """Start ``slurm-k8s-bridge serve`` (with ``config`` instead of dev/bridge.yaml;
     ``env_overrides`` win over the ground's ``SKB_*`` settings, which win over any file)."""
     SHARED_DIR.mkdir(parents=True, exist_ok=True)
     SHARED_DIR.chmod(0o1777)

@@ -38,7 +38,7 @@ from .slurm_series import DEFAULT_SERIES
 log = logging.getLogger(__name__)
 
 SLURMD_IMAGE = "localhost/slurm-k8s-bridge/slurmd"
-#: What the proving ground's bridge config (deploy/local/bridge.yaml) names; always the ground's
+#: What the proving ground's bridge config (dev/bridge.yaml) names; always the ground's
 #: series, re-pointed at every import.
 SLURMD_IMAGE_DEV = f"{SLURMD_IMAGE}:dev"
 PAUSE_IMAGE = "localhost/slurm-k8s-bridge/pause"
@@ -495,7 +495,7 @@ def make_image(
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m proving_ground.images --slurm 24.11 [--registry R] [--push] [--base B]``
-    from deploy/local (what ``make image`` runs)."""
+    from dev (what ``make image`` runs)."""
     parser = argparse.ArgumentParser(
         prog="python -m proving_ground.images",
         description="Build the slurmd image of a Slurm series from "

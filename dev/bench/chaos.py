@@ -50,9 +50,9 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "deploy" / "local"))
+sys.path.insert(0, str(ROOT / "dev"))
 
 from proving_ground import ground, images
 from proving_ground.layout import APISERVER_PORT, HOST_IP, MUNGE_SOCKET, Layout
@@ -71,7 +71,7 @@ REAL_NODES = "chaosreal-[0-3]"
 SERVICE_ACCOUNT = "slurm-k8s-bridge"
 FAULT_KINDS = ("bridge_sigkill", "bridge_sigstop", "apiserver_sigstop", "slurmctld_restart")
 HOSTS_FILE = Path("/etc/hosts")
-HOSTS_BEGIN = "# >>> slurm-k8s-bridge chaos harness (bench/chaos.py removes it)"
+HOSTS_BEGIN = "# >>> slurm-k8s-bridge chaos harness (dev/bench/chaos.py removes it)"
 HOSTS_END = "# <<< slurm-k8s-bridge chaos harness"
 SUSPEND_TIMEOUT = 10
 RECONCILE_S = 5
@@ -175,7 +175,7 @@ class Harness:
         self.last: dict[str, Any] = {}
         self.up_since: dict[str, float] = {}
         self.apiserver_pid = State(self.layout).running("kube-apiserver")
-        # More `bridge:` settings for the second bridge (bench/pod_state_patches.py: its metrics).
+        # More `bridge:` settings for the second bridge (pod_state_patches.py: its metrics).
         self.bridge_settings: dict[str, Any] = {}
 
     # ---------------------------------------------------------------- commands
@@ -548,7 +548,7 @@ class Harness:
         loaded = load_config(str(self.bridge_yaml))
         site = [
             *controller_lines(
-                "# Written by bench/chaos.py; removed when it ends.",
+                "# Written by dev/bench/chaos.py; removed when it ends.",
                 cluster=CLUSTER,
                 port=PORT,
                 state_dir=self.dir,
@@ -566,7 +566,7 @@ class Harness:
                 suspend_program=str(self.hooks / "suspend"),
                 resume_fail_program=str(self.hooks / "resume_fail"),
                 default_partition="chaos",
-                source="bench/chaos.py",
+                source="dev/bench/chaos.py",
                 # The proving ground's own render options (Slurm 22.05), with our timers.
                 **{
                     **render_options(HOST_SERIES),
@@ -1018,12 +1018,12 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="bench/chaos.py",
+        prog="dev/bench/chaos.py",
         description=__doc__,
         epilog=(
             "Needs the proving ground (started when absent) and root. Holds kube-apiserver "
             "stopped for --fault-seconds: run it alone (flock /tmp/skb-ground.lock). "
-            "Example: bench/chaos.py --rounds 3 --nodes 200 --fault-seconds 60 --seed 7"
+            "Example: dev/bench/chaos.py --rounds 3 --nodes 200 --fault-seconds 60 --seed 7"
         ),
         formatter_class=HelpFormatter,
     )

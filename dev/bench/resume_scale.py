@@ -46,7 +46,7 @@ import orjson
 import urllib3
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "slurm"
 CLUSTER = "bench"
 POOL = "scale"
@@ -243,7 +243,7 @@ class Watcher:
 def bench_config(socket_path: str) -> dict[str, Any]:
     """The second bridge's configuration: the proving ground's, with one kwok pool and guards
     that keep its reconciler off the benchmark's pods (Slurm knows no scale-* node)."""
-    config: dict[str, Any] = yaml.safe_load((ROOT / "deploy" / "local" / "bridge.yaml").read_text())
+    config: dict[str, Any] = yaml.safe_load((ROOT / "dev" / "bridge.yaml").read_text())
     sim = next(p for p in config["pools"] if p["name"] == "sim")
     config["cluster_name"] = CLUSTER
     config["bridge"].update(
@@ -525,7 +525,7 @@ class Ground:
     @classmethod
     @contextmanager
     def open(cls) -> Iterator[Ground]:
-        sys.path.insert(0, str(ROOT / "deploy" / "local"))
+        sys.path.insert(0, str(ROOT / "dev"))
         from proving_ground import ground
         from proving_ground.bridge_daemon import bridge_kubeconfig
         from proving_ground.layout import Layout

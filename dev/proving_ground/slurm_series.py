@@ -173,7 +173,7 @@ def _enter_script(layout: Layout, root: Path, series: str) -> str:
         "#!/bin/sh\n"
         f"# Runs a program of Slurm {series} inside {root}, in a private mount namespace that\n"
         "# binds in the checkout, /run/slurm-k8s-bridge, /tmp, the shared directory, /etc/hosts\n"
-        "# and a fresh /proc (see deploy/local/proving_ground/slurm_series.py). Written by the\n"
+        "# and a fresh /proc (see dev/proving_ground/slurm_series.py). Written by the\n"
         "# proving ground; edits are lost.\n"
         "exec /usr/bin/unshare --mount --propagation private /bin/sh -c "
         + shlex.quote(f"r={shlex.quote(str(root))} && {mounts}")

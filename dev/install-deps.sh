@@ -79,7 +79,7 @@ write_podman_config() {
   [ -e /etc/containers/containers.conf ] && return 0
   mkdir -p /etc/containers
   cat > /etc/containers/containers.conf <<'CONF'
-# Written by slurm-k8s-bridge's deploy/local/install-deps.sh: what podman needs on these VMs
+# Written by slurm-k8s-bridge's dev/install-deps.sh: what podman needs on these VMs
 # (cgroup v1 hybrid, no systemd, no CAP_SYS_RESOURCE).
 [containers]
 default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]

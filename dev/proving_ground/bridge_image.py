@@ -230,7 +230,7 @@ def load_into_podman(layout: Layout) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m proving_ground.bridge_image [--containerd] [--podman]`` from deploy/local:
+    """``python -m proving_ground.bridge_image [--containerd] [--podman]`` from dev:
     build the image if needed and import it (default: into the proving ground's containerd)."""
     parser = argparse.ArgumentParser(prog="python -m proving_ground.bridge_image")
     parser.add_argument("--containerd", action="store_true", help="import into containerd")

@@ -1,9 +1,9 @@
 """Pod-state patches at scale (issue 13): at most one patch per pod per transition, counted.
 
-``make bench`` runs it as a row; alone: ``sudo .venv/bin/python bench/pod_state_patches.py
+``make bench`` runs it as a row; alone: ``sudo .venv/bin/python dev/bench/pod_state_patches.py
 --nodes 1000`` (root, the proving ground; started when absent).
 
-It brings up bench/chaos.py's second Slurm cluster (its own slurmctld with ``chaos-[0-N]``
+It brings up dev/bench/chaos.py's second Slurm cluster (its own slurmctld with ``chaos-[0-N]``
 CLOUD nodes backed by kwok pods, its own bridge serving metrics on a free port, namespace
 ``skb-chaos``), no faults, no jobs, then runs four phases, each ended once the counts stopped
 changing for at least 3 reconcile passes:
@@ -33,7 +33,7 @@ The verdict reads the bridge's own counts: the apiserver counts every client (kw
 pods/status when it marks a pod Running; the main ground's bridge patches its own pods when a job
 runs there). The apiserver's count checks the bridge's: a bridge that claims more patches than
 the apiserver answered fails the phase. The ground's kwok leaves readiness-gate conditions alone
-(deploy/local/proving_ground/kwok-pod-stages.yaml), so the condition has one writer, as on a
+(dev/proving_ground/kwok-pod-stages.yaml), so the condition has one writer, as on a
 kubelet's node.
 
 Exit status: 0 when every ratio is at most 1, every phase without transitions saw no patch and
@@ -56,9 +56,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "dev" / "bench"))
 
 from bridge.domain.pods import CONDITION_REGISTERED, LABEL_SLURM_STATE
 
@@ -271,7 +271,7 @@ def table_lines(phases: Sequence[Phase], nodes: int) -> list[tuple[str, str, str
     return lines
 
 
-NOTE = """Pod-state patch rows (bench/pod_state_patches.py): bench/chaos.py's second cluster without
+NOTE = """Pod-state patch rows (dev/bench/pod_state_patches.py): chaos.py's second cluster without
 faults; the bridge's own label and condition patches (pod_state_patches_total), delta per phase,
 checked against the kube-apiserver's PATCH count of pods and pods/status (every client, kwok
 included); ratio = the bridge's patches per pod per transition, label / condition; "(no
@@ -388,10 +388,10 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="bench/pod_state_patches.py",
+        prog="dev/bench/pod_state_patches.py",
         description=__doc__,
         epilog="Needs root and the proving ground (started when absent); shares it with "
-        "bench/chaos.py's namespace and ports: do not run both at once.",
+        "dev/bench/chaos.py's namespace and ports: do not run both at once.",
         formatter_class=HelpFormatter,
     )
     parser.add_argument("--nodes", type=int, default=1000, help="kwok-backed CLOUD nodes")

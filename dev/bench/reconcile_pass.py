@@ -15,7 +15,7 @@ time.process_time (the bridge's own CPU: the stub's ``cat`` runs in a grandchild
 Slurm's work). The baseline is the same pass in the same run with Slurm's output read the way it
 was before issue 11: decoded to text and ``json.loads`` with the collector running.
 
-Run alone: ``.venv/bin/python bench/reconcile_pass.py [--quick]``.
+Run alone: ``.venv/bin/python dev/bench/reconcile_pass.py [--quick]``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bridge.adapters.slurm import parse as slurm_json
@@ -301,7 +301,7 @@ def measure_rows(
 
 
 def table_lines(rows: Sequence[Row]) -> list[tuple[str, str, str, str]]:
-    """(what, figure, baseline, ratio) per row, for bench/run.py's table."""
+    """(what, figure, baseline, ratio) per row, for dev/bench/run.py's table."""
     lines = []
     for row in rows:
         size = f"{row.series} {row.nodes // 1000}k nodes"

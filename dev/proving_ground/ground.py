@@ -76,7 +76,7 @@ def check_prerequisites() -> None:
 
 
 def build_binaries(layout: Layout) -> None:
-    script = layout.root / "deploy" / "local" / "build-kubernetes.sh"
+    script = layout.root / "dev" / "build-kubernetes.sh"
     env = {**os.environ, "SKB_CACHE_DIR": str(layout.cache)}
     # Streams the build's own progress lines; a cached run prints one line.
     subprocess.run([str(script)], check=True, env=env)

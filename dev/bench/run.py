@@ -4,15 +4,15 @@
    socket to a real server with a no-op use case): Go vs. the same hook with Python, and Python
    vs. the baseline of starting the same Python and importing grpc.
 2. hostlist: our expand() in-process vs. `scontrol show hostnames` for the same expression.
-3. reconcile pass (bench/reconcile_pass.py): CPU and peak RSS at 1k / 10k / 50k CLOUD nodes of
+3. reconcile pass (dev/bench/reconcile_pass.py): CPU and peak RSS at 1k / 10k / 50k CLOUD nodes of
    Slurm 22.05 and 24.11, Slurm read through a stub command, vs. the same pass reading Slurm's
    output as text with json.loads (the read before issue 11).
-4. scale (bench/resume_scale.py; needs the proving ground, started if absent; left out by
+4. scale (dev/bench/resume_scale.py; needs the proving ground, started if absent; left out by
    --no-ground): resume and suspend of 1k / 5k / 10k kwok-backed nodes through the real hooks
    and a second bridge until all pods exist / are gone, beside a lean client (the apiserver's
    pace), the official client and a StatefulSet (Parallel) doing the same in the same run; and
    the resume hook's p50/p95 at 1 and 1,000 nodes against that bridge.
-5. pod-state patches (bench/pod_state_patches.py; the proving ground and root; left out by
+5. pod-state patches (dev/bench/pod_state_patches.py; the proving ground and root; left out by
    --no-ground): label and condition PATCH requests per pod per Slurm transition at 1,000
    kwok-backed nodes (issue 13), from the kube-apiserver's own request counter.
 
@@ -33,9 +33,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "deploy" / "local"))
+sys.path.insert(0, str(ROOT / "dev"))
 
 import pod_state_patches
 import reconcile_pass
@@ -247,7 +247,9 @@ def main(argv: list[str] | None = None) -> int:
             lines += pod_state_patches.table_lines(phases, nodes)
             notes.append(pod_state_patches.NOTE)
         else:
-            notes.append("Pod-state patch rows left out: bench/pod_state_patches.py needs root.")
+            notes.append(
+                "Pod-state patch rows left out: dev/bench/pod_state_patches.py needs root."
+            )
     print_table(lines, notes)
     return 0
 
