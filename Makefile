@@ -20,7 +20,7 @@ export SKB_AUTH := $(AUTH)
 endif
 PYTEST_ARGS ?=
 
-.PHONY: help deps venv hook-client build up down status lint typecheck proto test unit demo bench chaos clean image
+.PHONY: help deps venv hook-client build up down status lint typecheck proto check test unit demo bench chaos clean image
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -78,8 +78,11 @@ proto: venv ## regenerate bridge/rpc/_proto (and the Go hook client's internal/b
 		PATH="$$HOME/go/bin:$$PATH" slurm_plugins/hookclient/generate.sh; \
 	else echo "make proto: protoc-gen-go(-grpc) not installed: Go code left alone (see slurm_plugins/hookclient/generate.sh)"; fi
 
-unit: venv hook-client ## the pure unit tests only (no daemons)
-	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
+unit: venv hook-client ## the bridge's unit tests only (no daemons)
+	$(PY) -m pytest -m unit -q $(PYTEST_ARGS)
+
+check: venv hook-client lint ## the inner loop (~2 min): lint, then the unit and tooling tiers
+	$(PY) -m pytest -m 'unit or tooling' -q $(PYTEST_ARGS)
 
 test: deps venv hook-client lint ## everything: unit, integration and e2e against the proving ground
 	@$(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \

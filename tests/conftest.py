@@ -16,6 +16,21 @@ sys.path.insert(0, str(ROOT / "dev"))
 
 from proving_ground import ground, layout, slurm  # noqa: E402
 
+#: The tiers, one directory each; a test's marker is its directory's name (`pytest -m unit`).
+TIERS = ("unit", "tooling", "integration", "e2e")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test with its tier, so a new file takes its tier from its directory."""
+    tests = Path(__file__).resolve().parent
+    for item in items:
+        tier = item.path.resolve().relative_to(tests).parts[0]
+        if tier not in TIERS:
+            raise pytest.UsageError(
+                f"{item.nodeid}: tests live in one of tests/{{{','.join(TIERS)}}}/"
+            )
+        item.add_marker(tier)
+
 
 @dataclass(frozen=True)
 class ProvingGround:

@@ -31,7 +31,8 @@ from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
 from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
 from bridge.runtime import serve
 from bridge.service.use_cases import BridgeService
-from tests.unit.fakes import FakePods, FakeSlurm, Update
+from tests.unit.fakes import FakePods, Update
+from tests.unit.harness import Harness
 from tests.unit.test_service import NOW, config, powering_up
 
 WAIT_S = 10.0  # generous: only a broken test waits this long
@@ -62,13 +63,13 @@ class GatedPods(FakePods):
         return super().create_pods(manifests)
 
 
-class World:
+class World(Harness):
     """The service with a gated pod fake; closed (drained) at the end of every test."""
 
+    pods: GatedPods
+
     def __init__(self, *nodes: Any) -> None:
-        self.slurm = FakeSlurm(nodes, now=NOW)
-        self.pods = GatedPods()
-        self.service = BridgeService(config(), self.slurm, self.pods, clock=lambda: NOW)
+        super().__init__(nodes, now=NOW, config=config(), pods=GatedPods())
 
     def drain(self) -> None:
         assert self.service.resumes.wait_idle(WAIT_S), "background creates never ended"

@@ -18,8 +18,8 @@ from bridge.domain.reconcile import Action, PowerDownAsap
 from bridge.errors import BridgeError
 from bridge.runtime.config_reload import ConfigReloader, FileIdentity
 from bridge.runtime.reconciler import Reconciler
-from bridge.service.use_cases import BridgeService
-from tests.unit.fakes import MINIMAL_CONFIG, FakePods, FakeSlurm, Update
+from tests.unit.fakes import MINIMAL_CONFIG, Update
+from tests.unit.harness import Harness
 
 NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
 MARKED = (
@@ -81,10 +81,9 @@ class Setup:
     def __init__(self, tmp_path: Path) -> None:
         self.path = tmp_path / "bridge.yaml"
         self.path.write_text(MINIMAL_CONFIG)
-        self.slurm = FakeSlurm([SlurmNode("cpu-0", "IDLE", frozenset({"CLOUD"}))], now=NOW)
-        self.pods = FakePods(now=NOW)
-        config = load_config(self.path, environ={})
-        self.service = BridgeService(config, self.slurm, self.pods, clock=lambda: NOW)
+        node = SlurmNode("cpu-0", "IDLE", frozenset({"CLOUD"}))
+        harness = Harness([node], now=NOW, config=load_config(self.path, environ={}))
+        self.slurm, self.pods, self.service = harness.slurm, harness.pods, harness.service
         #: The file's identity as the reloader sees it; tests bump it to say "the file changed".
         self.version = 1
         self.reloader = ConfigReloader(

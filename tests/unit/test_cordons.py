@@ -11,14 +11,13 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from bridge.config import parse_config
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.reconcile import PowerDownAsap
 from bridge.errors import BackendError, Forbidden, TransientBackendError
 from bridge.service.cordons import CordonedNodes
-from bridge.service.use_cases import BridgeService
 from tests.unit.fake_kube_api import Answer, FakeApiServer, gateway_to, status_answer
-from tests.unit.fakes import MINIMAL_CONFIG, FakePods, FakeSlurm, Update
+from tests.unit.fakes import Update
+from tests.unit.harness import Harness
 
 NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
 NODES = "/api/v1/nodes"
@@ -138,19 +137,14 @@ def test_the_forbidden_warning_names_the_missing_rule(caplog: pytest.LogCaptureF
 # -- the service -----------------------------------------------------------------------------------
 
 
-class World:
+class World(Harness):
     """The service with a cordoned Kubernetes node kn-1 and cpu-0's pod on it."""
 
     def __init__(self, *nodes: SlurmNode, cordons: ScriptedCordons | None = None) -> None:
-        self.slurm = FakeSlurm(nodes, now=NOW)
-        self.pods = FakePods(now=NOW)
+        self.cordons = cordons or ScriptedCordons(KN_1, KN_1)
+        super().__init__(nodes, now=NOW, cordons=self.cordons)
         pod = self.pods.add("cpu-0", created_at=NOW)
         self.pods.pods["cpu-0"] = dataclasses.replace(pod, host="kn-1")
-        self.cordons = cordons or ScriptedCordons(KN_1, KN_1)
-        config = parse_config(MINIMAL_CONFIG, "bridge.yaml")
-        self.service = BridgeService(
-            config, self.slurm, self.pods, clock=lambda: NOW, cordons=self.cordons
-        )
 
 
 def busy(name: str, *flags: str, reason: str = "") -> SlurmNode:

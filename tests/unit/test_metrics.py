@@ -36,8 +36,8 @@ from bridge.metrics import POWER_STATES, STAGES, BridgeMetrics, reason_kind
 from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
 from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
 from bridge.runtime.pod_watcher import PodWatcher
-from bridge.service.use_cases import BridgeService
-from tests.unit.fakes import MINIMAL_CONFIG, FakePods, FakeSlurm
+from tests.unit.fakes import MINIMAL_CONFIG
+from tests.unit.harness import Harness
 
 NOW = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
 P = "slurm_k8s_bridge_"
@@ -373,11 +373,9 @@ def test_fail_fast_labels_are_reason_kinds_never_free_text(reason: str, kind: st
 
 def test_the_service_times_resumes_forgets_suspends_and_counts_its_passes() -> None:
     metrics = BridgeMetrics()
-    slurm = FakeSlurm([cloud(f"cpu-{i}", "IDLE", "POWERED_DOWN") for i in range(4)], now=NOW)
-    pods = FakePods(now=NOW)
-    service = BridgeService(
-        parse_config(MINIMAL_CONFIG, "bridge.yaml"), slurm, pods, clock=lambda: NOW, metrics=metrics
-    )
+    nodes = [cloud(f"cpu-{i}", "IDLE", "POWERED_DOWN") for i in range(4)]
+    h = Harness(nodes, now=NOW, metrics=metrics)
+    slurm, service = h.slurm, h.service
     service.resume("cpu-[0-1]", "", "r1")
     assert metrics.pending() == 2
     service.suspend("cpu-1", "r2")

@@ -16,7 +16,6 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from bridge.adapters.kubernetes import PodGateway, WatchExpired
-from bridge.config import parse_config
 from bridge.domain.pods import PodView
 from bridge.runtime.pod_cache import NotSynced, PodCache
 from bridge.runtime.pod_watcher import PodWatcher
@@ -30,7 +29,8 @@ from tests.unit.fake_kube_api import (
     event,
     pod,
 )
-from tests.unit.fakes import MINIMAL_CONFIG, FakePods, FakeSlurm
+from tests.unit.fakes import FakePods, FakeSlurm
+from tests.unit.harness import Harness
 
 NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
 GONE = error_event(410, "Expired", "too old resource version: 1 (2117)")
@@ -207,10 +207,8 @@ def test_cache_events(changes: list[tuple[str, str, str]], names: list[str], ver
 
 
 def service_on(cache: PodCache) -> tuple[BridgeService, FakeSlurm, FakePods]:
-    slurm = FakeSlurm([], now=NOW)
-    pods = FakePods(now=NOW)
-    config = parse_config(MINIMAL_CONFIG, "bridge.yaml")
-    return BridgeService(config, slurm, pods, pod_views=cache, clock=lambda: NOW), slurm, pods
+    h = Harness(now=NOW, pod_views=cache)
+    return h.service, h.slurm, h.pods
 
 
 def test_reconcile_reads_the_cache_not_a_list() -> None:

@@ -13,7 +13,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bridge.config import parse_config
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.pod_slurm_state import (
     SLURM_STATE_WORDS,
@@ -34,9 +33,9 @@ from bridge.domain.reconcile import (
 )
 from bridge.errors import Forbidden
 from bridge.metrics import BridgeMetrics
-from bridge.service.use_cases import BridgeService
 from tests.unit.fake_kube_api import FakeApiServer, gateway_to, status_answer
-from tests.unit.fakes import MINIMAL_CONFIG, FakePods, FakeSlurm
+from tests.unit.fakes import MINIMAL_CONFIG
+from tests.unit.harness import Harness
 
 NOW = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
 GUARDS = Guards()
@@ -296,13 +295,9 @@ def test_a_waiting_message_wins_while_the_pod_is_pending(
 # -- patches counted over passes -----------------------------------------------------------------
 
 
-class World:
+class World(Harness):
     def __init__(self, *nodes: SlurmNode) -> None:
-        self.slurm = FakeSlurm(nodes, now=NOW)
-        self.pods = FakePods(now=NOW)
-        self.service = BridgeService(
-            parse_config(MINIMAL_CONFIG), self.slurm, self.pods, clock=lambda: NOW
-        )
+        super().__init__(nodes, now=NOW)
 
     def becomes(self, name: str, state: str, *flags: str) -> None:
         self.slurm.nodes[name] = dataclasses.replace(
@@ -359,10 +354,10 @@ def test_comments_are_set_once_per_change() -> None:
 def test_patches_at_a_thousand_nodes_cost_one_per_pod_per_transition() -> None:
     config = MINIMAL_CONFIG.replace("cpu-[0-3]", "cpu-[0-999]")
     nodes = [SlurmNode(f"cpu-{i}", "IDLE", frozenset({"CLOUD"})) for i in range(1000)]
-    slurm, pods = FakeSlurm(nodes, now=NOW), FakePods(now=NOW)
+    h = Harness(nodes, now=NOW, config=config)
+    slurm, pods, service = h.slurm, h.pods, h.service
     for n in nodes:
         pods.add(n.name)
-    service = BridgeService(parse_config(config), slurm, pods, clock=lambda: NOW)
     service.reconcile_once()
     assert len(pods.patches) == 2000  # first label and condition of each
     service.reconcile_once()

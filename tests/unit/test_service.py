@@ -40,9 +40,9 @@ from bridge.errors import (
     NoCapacity,
     TransientBackendError,
 )
-from bridge.service.use_cases import BridgeService
 from bridge.settings import BridgeConfig
-from tests.unit.fakes import MINIMAL_CONFIG, FakePods, FakeSlurm, Update
+from tests.unit.fakes import MINIMAL_CONFIG, Update
+from tests.unit.harness import Harness
 
 NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
 
@@ -77,14 +77,11 @@ def powering_up(*names: str) -> list[SlurmNode]:
     return [cloud(name, "ALLOCATED", "POWERING_UP") for name in names]
 
 
-class World:
+class World(Harness):
     """The service wired to fakes that share one journal."""
 
     def __init__(self, *nodes: SlurmNode) -> None:
-        self.journal: list[str] = []
-        self.slurm = FakeSlurm(nodes, now=NOW, journal=self.journal)
-        self.pods = FakePods(now=NOW, journal=self.journal)
-        self.service = BridgeService(config(), self.slurm, self.pods, clock=lambda: NOW)
+        super().__init__(nodes, now=NOW, config=config())
 
 
 # -- resume --------------------------------------------------------------------------------------

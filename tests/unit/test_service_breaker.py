@@ -7,15 +7,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bridge.config import parse_config
 from bridge.domain.circuit import BreakerState
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.pods import PodFailure
 from bridge.domain.reconcile import MarkDown
 from bridge.domain.results import ErrorClass, NodeResult, Outcome
 from bridge.errors import Forbidden, InvalidInput, NoCapacity, TransientBackendError
-from bridge.service.use_cases import BridgeService
-from tests.unit.fakes import MINIMAL_CONFIG, FakePods, FakeSlurm, Update
+from tests.unit.fakes import MINIMAL_CONFIG, Update
+from tests.unit.harness import Harness
 
 NOW = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
 PAUSED = "k8s: PoolPaused: pool cpu paused until 2026-12-03T12:10:00Z: NoCapacity: full"
@@ -43,17 +42,12 @@ def powering_up(*names: str) -> list[SlurmNode]:
     return [SlurmNode(n, "ALLOCATED", frozenset({"CLOUD", "POWERING_UP"})) for n in names]
 
 
-class World:
+class World(Harness):
     """The service on fakes, with a clock the test moves."""
 
     def __init__(self, config: str = CONFIG) -> None:
-        self.now = NOW
         nodes = powering_up(*(f"cpu-{i}" for i in range(4)), *(f"gpu-{i}" for i in range(4)))
-        self.slurm = FakeSlurm(nodes, now=NOW)
-        self.pods = FakePods(now=NOW)
-        self.service = BridgeService(
-            parse_config(config, "bridge.yaml"), self.slurm, self.pods, clock=lambda: self.now
-        )
+        super().__init__(nodes, now=NOW, config=config)
 
     def state(self, pool: str) -> BreakerState:
         return next(r.state for r in self.service.pool_status() if r.pool == pool)

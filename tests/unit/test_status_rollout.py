@@ -10,8 +10,7 @@ from bridge.cli.status_report import Rollout, as_json, render, rollout_lines, ro
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.results import NodeStatus
 from bridge.rpc.wire import status_from_pb, status_to_pb
-from bridge.service.use_cases import BridgeService
-from tests.unit.fakes import FakePods, FakeSlurm
+from tests.unit.harness import Harness
 from tests.unit.test_cli_status import opts
 from tests.unit.test_service import config
 
@@ -91,8 +90,8 @@ def test_the_hashes_cross_the_wire() -> None:
 
 
 def test_list_nodes_carries_the_pod_and_pool_hashes() -> None:
-    slurm = FakeSlurm([SlurmNode("cpu-0", "IDLE", frozenset({"CLOUD"}))], now=NOW)
-    service = BridgeService(config(), slurm, FakePods(now=NOW), clock=lambda: NOW)
+    h = Harness([SlurmNode("cpu-0", "IDLE", frozenset({"CLOUD"}))], now=NOW, config=config())
+    service = h.service
     service.resume("cpu-0", "", "r1")
     (status,) = service.list_nodes("cpu-0")
     assert status.template_hash == service.template_hashes["cpu"] == status.pool_template_hash
