@@ -213,7 +213,7 @@ def _on_failure(call: HookCall, settings: HookSettings, failure: str, detail: st
         # The bridge may hold the call: failing the nodes would fight pods it is creating. Its
         # reconciler finishes the resume from POWERING_UP once it answers; else ResumeTimeout.
         return "none:left-powering-up-for-the-reconciler"
-    from bridge.domain.nodes import our_reason  # noqa: PLC0415
+    from bridge.domain.reason import our_reason  # noqa: PLC0415
 
     scontrol = os.path.join(settings.slurm_bin, "scontrol")
     argv = [

@@ -20,7 +20,6 @@ one process) never collide on a metric name.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -28,8 +27,9 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from bridge.domain.nodes import REASON_PREFIX, SlurmNode
+from bridge.domain.nodes import SlurmNode
 from bridge.domain.pods import PodView
+from bridge.domain.reason import Reason
 from bridge.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -45,8 +45,6 @@ POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown", "Terminati
 #: Slurm base states in which slurmd has registered (and, the last two, runs a job).
 _REGISTERED_STATES = frozenset({"IDLE", "ALLOCATED", "MIXED"})
 _JOB_STATES = frozenset({"ALLOCATED", "MIXED"})
-#: A reason kind is a word like ImagePullBackOff; anything else is labelled "other".
-_REASON_KIND = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,47}")
 #: Nodes whose resume is being timed; beyond this the oldest are dropped (a node Slurm never
 #: suspends must not grow the map forever).
 MAX_PENDING = 100_000
@@ -57,16 +55,6 @@ _LATENCY_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200)
 POD_STATE_PARTS = ("label", "condition")
 #: A pass is milliseconds at a few nodes and about a second at 10,000 (issue 11's bench).
 _PASS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
-
-
-def reason_kind(reason: str) -> str | None:
-    """The kind of a reason the bridge wrote (``k8s: ImagePullBackOff: ...`` →
-    ``ImagePullBackOff``), ``"other"`` when it has no word-like kind; None for a reason that is
-    not ours."""
-    if not reason.startswith(REASON_PREFIX):
-        return None
-    kind = reason[len(REASON_PREFIX) :].split(":", 1)[0].strip()
-    return kind if _REASON_KIND.fullmatch(kind) else "other"
 
 
 def power_state(node: SlurmNode) -> str:
@@ -258,11 +246,10 @@ class BridgeMetrics:
             self.pods.labels(*key).set(count)
         self._pod_series |= counts.keys()
 
-    def fail_fast(self, reason: str, nodes: int) -> None:
-        """``nodes`` nodes were set DOWN with ``reason`` (counted only when it is ours)."""
-        kind = reason_kind(reason)
-        if kind is not None and nodes:
-            self.fail_fasts.labels(kind).inc(nodes)
+    def fail_fast(self, reason: Reason, nodes: int) -> None:
+        """``nodes`` nodes were set DOWN with ``reason``."""
+        if nodes:
+            self.fail_fasts.labels(reason.label).inc(nodes)
 
     # -- backends (bridge.adapters.call_counters.CallCounters) -----------------------------------
 

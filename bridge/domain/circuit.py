@@ -26,10 +26,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from .nodes import REASON_PREFIX, our_reason
-
-#: The reason kind of a node set DOWN because its pool is paused (never itself a fail-fast).
-POOL_PAUSED = "PoolPaused"
+from .reason import POOL_PAUSED, REASON_PREFIX, Reason
 
 
 @dataclass(frozen=True)
@@ -138,41 +135,11 @@ class PoolBreakerStatus:
     last_reason: str
 
 
-def pause_reason(pool: str, until: datetime, last_reason: str) -> str:
+def pause_reason(pool: str, until: datetime, last_reason: str) -> Reason:
     """``k8s: PoolPaused: pool <name> paused until <UTC>: <last reason>``, bounded in length."""
     when = until.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     last = last_reason.removeprefix(REASON_PREFIX) or "repeated fail-fasts"
-    return our_reason(POOL_PAUSED, f"pool {pool} paused until {when}: {last}")
-
-
-#: DOWN reasons of ours that say nothing against the pool: the breaker's own, a pod gone missing,
-#: and Kubernetes moving a pod away (a drain, a preemption, a taint, node pressure, a delete).
-NOT_COUNTED = frozenset(
-    {
-        POOL_PAUSED,
-        "PodMissing",
-        "Deleted",
-        "DisruptionTarget",
-        "EvictionByEvictionAPI",
-        "PreemptionByScheduler",
-        "DeletionByTaintManager",
-        "TerminationByKubelet",
-        "Evicted",
-    }
-)
-
-
-def is_fail_fast(reason: str) -> bool:
-    """Whether a DOWN with ``reason`` counts against the node's pool.
-
-    Only the bridge's own reasons about a pod that cannot run (or that Kubernetes refused for
-    good); not an admin's reason, not those in :data:`NOT_COUNTED`: draining a Kubernetes node
-    that hosts five pods of a healthy pool must not pause it.
-    """
-    if not reason.startswith(REASON_PREFIX):
-        return False
-    kind = reason.removeprefix(REASON_PREFIX).split(":", 1)[0]
-    return kind not in NOT_COUNTED
+    return Reason(POOL_PAUSED, f"pool {pool} paused until {when}: {last}")
 
 
 class CircuitBreakers:
@@ -207,7 +174,7 @@ class CircuitBreakers:
             return BreakerChange(pool, paused=True, until=after.paused_until, why=reason)
         return None
 
-    def paused(self, pool: str, now: datetime) -> str | None:
+    def paused(self, pool: str, now: datetime) -> Reason | None:
         """The PoolPaused reason for ``pool``'s nodes while its breaker is open, else None."""
         circuit = self._circuits[pool]
         if circuit.paused_until is None or circuit.state(now) is not BreakerState.OPEN:

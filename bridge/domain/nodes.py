@@ -9,8 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-#: Every reason the bridge writes starts with this, so it only ever touches reasons it wrote.
-REASON_PREFIX = "k8s: "
+from .reason import REASON_PREFIX, Reason, our_reason
+
+__all__ = ["REASON_PREFIX", "SlurmNode", "our_reason"]
+
 
 _SHORT_STATES = {
     "ALLOCATED": "alloc",
@@ -103,6 +105,11 @@ class SlurmNode:
         return self.reason.startswith(REASON_PREFIX)
 
     @property
+    def bridge_reason(self) -> Reason | None:
+        """The node's reason when the bridge wrote it (parsed from Slurm's text)."""
+        return Reason.parse(self.reason)
+
+    @property
     def display_state(self) -> str:
         """Compact state like sinfo's: ``idle~``, ``alloc#``, ``down~`` ..."""
         # sinfo's abbreviations (node_state_string_compact in Slurm's slurm_protocol_defs.c).
@@ -140,10 +147,3 @@ class SlurmNode:
         else:
             state = _LONG_STATES.get(short, short.upper())
         return cls(name, state, frozenset(flags), reason)
-
-
-def our_reason(kind: str, message: str) -> str:
-    """Build a reason the bridge owns: ``k8s: <Kind>: <message>`` on one short line."""
-    text = f"{REASON_PREFIX}{kind}: {message}".replace("\n", " ").strip()
-    # Slurm stores reasons verbatim, but sinfo -R is read on a terminal: keep them short.
-    return text if len(text) <= 200 else text[:197] + "..."

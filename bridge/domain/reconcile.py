@@ -53,10 +53,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from .nodes import REASON_PREFIX, SlurmNode, our_reason
+from .nodes import SlurmNode
 from .pod_slurm_state import is_registered, pod_comment, slurm_state_word
 from .pods import TERMINATING, PodView
 from .pools import NodePool, PoolSet
+from .reason import REASON_PREFIX, Reason, our_reason
 from .verdict import Fail, ScaleUpEvent, Wait, judge_pod
 
 
@@ -99,7 +100,7 @@ class MarkDown:
     """Set the node DOWN with a reason of ours (Slurm requeues its jobs)."""
 
     node: str
-    reason: str
+    reason: Reason
     #: Apply only if the node still has no pod when re-checked (a pod the snapshot missed
     #: must never cost a running job).
     unless_pod_exists: bool = False
@@ -195,8 +196,8 @@ def _older_than(moment: datetime | None, now: datetime, age: timedelta) -> bool:
 
 def _fail(node: SlurmNode, pod: PodView | None, kind: str, message: str) -> list[Action]:
     actions: list[Action] = []
-    reason = our_reason(kind, message)
-    if not (node.is_down and node.reason.startswith(reason)):
+    reason = Reason(kind, message)
+    if not (node.is_down and node.reason.startswith(reason.text)):
         actions.append(MarkDown(node.name, reason, unless_pod_exists=kind == "PodMissing"))
     if pod is not None and not pod.deleting:
         actions.append(DeletePod(node.name, f"{kind}: {message}", pod.uid))

@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Sequence
 
-from bridge.domain.circuit import is_fail_fast
 from bridge.domain.hostlist import compress
 from bridge.domain.job_failure import FailedJob, nodes_to_release, plan_job_failure
+from bridge.domain.nodes import SlurmNode
 from bridge.domain.pools import PoolSet
+from bridge.domain.reason import Reason
 from bridge.errors import BridgeError
 from bridge.metrics import BridgeMetrics
 from bridge.service.ports import SlurmPort
@@ -29,12 +30,16 @@ class JobAwareFailure:
         self.slurm = slurm
         self.metrics = metrics
 
-    def cloud_nodes(self, nodes: Sequence[str]) -> list[str]:
-        """Those of ``nodes`` Slurm lists as CLOUD (one read; only failure paths pay for it)."""
+    def cloud_nodes(
+        self, nodes: Sequence[str], snapshot: Sequence[SlurmNode] | None = None
+    ) -> list[str]:
+        """Those of ``nodes`` Slurm lists as CLOUD in ``snapshot``, or in a listing read now
+        when there is none (only failure paths pay for it)."""
         if not nodes:
             return []
         try:
-            cloud = {n.name for n in self.slurm.list_nodes() if n.is_cloud}
+            listed = self.slurm.list_nodes() if snapshot is None else snapshot
+            cloud = {n.name for n in listed if n.is_cloud}
         except BridgeError as e:
             # Unsure what they are: leave Slurm alone; the reconciler tries again next pass.
             log.warning("not setting %s DOWN: cannot read Slurm: %s", compress(nodes), e)
@@ -44,12 +49,12 @@ class JobAwareFailure:
             log.warning("not setting %s DOWN: Slurm does not list it as CLOUD", compress(others))
         return [n for n in nodes if n in cloud]
 
-    def mark_down(self, nodes: Sequence[str], reason: str) -> bool:
+    def mark_down(self, nodes: Sequence[str], reason: Reason) -> bool:
         """Set ``nodes`` DOWN with ``reason``; whether Slurm took it."""
         if not nodes:
             return False
         try:
-            self.slurm.update_nodes(nodes, state="down", reason=reason)
+            self.slurm.update_nodes(nodes, state="down", reason=reason.text)
             log.warning("set DOWN %s: %s", compress(nodes), reason)
             self.metrics.fail_fast(reason, len(nodes))
         except BridgeError as e:
@@ -58,17 +63,23 @@ class JobAwareFailure:
         return True
 
     def mark_down_failing_jobs(
-        self, pools: PoolSet, nodes: Sequence[str], reason: str, failing: Collection[str] = ()
+        self,
+        pools: PoolSet,
+        nodes: Sequence[str],
+        reason: Reason,
+        failing: Collection[str] = (),
+        snapshot: Sequence[SlurmNode] | None = None,
     ) -> bool:
         """:meth:`mark_down`, and for a fail-fast the jobs on ``nodes`` too: the reason in
         their AdminComment first, then (once Slurm took the DOWN and requeued them) their other
         nodes still powering up released, so they do not hold capacity until ResumeTimeout.
         ``pools``: whose nodes may be released. ``failing``: nodes the same pass sets DOWN for
-        another reason (never released)."""
-        if not nodes or not is_fail_fast(reason):
+        another reason (never released). ``snapshot``: Slurm's nodes as the caller read them
+        (a reconcile pass's), else they are read again."""
+        if not nodes or not reason.is_fail_fast:
             return self.mark_down(nodes, reason)
-        failed_jobs = self._failing_jobs(pools, nodes, reason)
-        commented = self._set_admin_comments(failed_jobs, reason)
+        failed_jobs = self._failing_jobs(pools, nodes, reason, snapshot)
+        commented = self._set_admin_comments(failed_jobs, reason.text)
         if not self.mark_down(nodes, reason):
             return False
         released = self._release(
@@ -85,11 +96,18 @@ class JobAwareFailure:
             )
         return True
 
-    def _failing_jobs(self, pools: PoolSet, nodes: Sequence[str], reason: str) -> list[FailedJob]:
+    def _failing_jobs(
+        self,
+        pools: PoolSet,
+        nodes: Sequence[str],
+        reason: Reason,
+        snapshot: Sequence[SlurmNode] | None,
+    ) -> list[FailedJob]:
         """The jobs on ``nodes`` and what to do about them; none when Slurm cannot say (the
         DOWN still goes ahead: it alone requeues the jobs)."""
         try:
-            snapshot = self.slurm.list_nodes()
+            if snapshot is None:
+                snapshot = self.slurm.list_nodes()
             # The nodes a job could release are powering up: read their jobs too, so that a
             # node another job holds is never released.
             starting = [
@@ -122,7 +140,7 @@ class JobAwareFailure:
                 done.add(job.job_id)
         return done
 
-    def _release(self, nodes: Sequence[str], reason: str) -> set[str]:
+    def _release(self, nodes: Sequence[str], reason: Reason) -> set[str]:
         """``power_down_force`` the nodes of failed jobs that never registered: Slurm clears
         POWERING_UP and suspends them at once, and the suspend deletes their pods."""
         if not nodes:

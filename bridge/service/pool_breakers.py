@@ -17,9 +17,9 @@ from bridge.domain.circuit import (
     BreakerPolicy,
     CircuitBreakers,
     PoolBreakerStatus,
-    is_fail_fast,
 )
 from bridge.domain.pools import PoolSet
+from bridge.domain.reason import Reason
 from bridge.settings import BridgeConfig
 
 log = logging.getLogger(__name__)
@@ -45,16 +45,16 @@ class PoolBreakers:
         with self._lock:
             self.breakers = self.breakers.reconfigured(breaker_policies(config))
 
-    def record_fail_fasts(self, pools: PoolSet, nodes: Sequence[str], reason: str) -> None:
+    def record_fail_fasts(self, pools: PoolSet, nodes: Sequence[str], reason: Reason) -> None:
         """Count a fail-fast per node of ``nodes`` (set DOWN with ``reason``) against its pool."""
-        if not is_fail_fast(reason):
+        if not reason.is_fail_fast:
             return
         groups, _ = pools.group(nodes)
         with self._lock:
             now = self.clock()
             for pool, members in groups.items():
                 for _ in members:
-                    change = self.breakers.record_fail_fast(pool, reason, now)
+                    change = self.breakers.record_fail_fast(pool, reason.text, now)
                     if change is not None:
                         _log_change(change)
 
@@ -63,7 +63,7 @@ class PoolBreakers:
         with self._lock:
             self._expire_pauses(now)
 
-    def paused_pools(self, pools: Iterable[str]) -> dict[str, str]:
+    def paused_pools(self, pools: Iterable[str]) -> dict[str, Reason]:
         """Pool name → the PoolPaused reason, for those of ``pools`` whose breaker is open."""
         with self._lock:
             now = self.clock()

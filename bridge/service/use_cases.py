@@ -25,10 +25,11 @@ from bridge.domain.circuit import PoolBreakerStatus
 from bridge.domain.hostlist import compress, expand
 from bridge.domain.node_names import split_hostlist
 from bridge.domain.node_status import node_statuses
-from bridge.domain.nodes import SlurmNode, our_reason
+from bridge.domain.nodes import SlurmNode
 from bridge.domain.pod_rendering import pool_template_hash, render_pods
 from bridge.domain.pods import UNSCHEDULABLE, PodView
 from bridge.domain.pools import PoolSet
+from bridge.domain.reason import Reason
 from bridge.domain.reconcile import (
     Action,
     CreatePod,
@@ -173,7 +174,7 @@ class BridgeService:
             raise InvalidInput(f"pool: {pool!r} is not a configured pool (pools: {names})")
         return self.pool_breakers.resume(pool, request_id)
 
-    def _fail_fasts(self, nodes: Sequence[str], reason: str) -> None:
+    def _fail_fasts(self, nodes: Sequence[str], reason: Reason) -> None:
         """Count a fail-fast per node of ``nodes`` (set DOWN with ``reason``) against its pool."""
         self.pool_breakers.record_fail_fasts(self.config.pools, nodes, reason)
 
@@ -247,7 +248,7 @@ class BridgeService:
             nodes = groups[pool_name]
             log.warning("request %s: not creating %s: %s", request_id, compress(nodes), reason)
             results += [
-                NodeResult(n, Outcome.FAILED, ErrorClass.NO_CAPACITY, reason) for n in nodes
+                NodeResult(n, Outcome.FAILED, ErrorClass.NO_CAPACITY, reason.text) for n in nodes
             ]
             self.failures.mark_down(self.failures.cloud_nodes(nodes), reason)
         groups = {pool: nodes for pool, nodes in groups.items() if pool not in paused}
@@ -259,13 +260,13 @@ class BridgeService:
                 raise BridgeError(f"internal: pool {pool_name!r} vanished")
             manifests.extend(render_pods(pool, nodes, settings))
         outcome = self.pods.create_pods(manifests) if manifests else {}
-        failed: dict[str, list[str]] = defaultdict(list)
+        failed: dict[Reason, list[str]] = defaultdict(list)
         for node, result in outcome.items():
             if isinstance(result, BridgeError):
                 results.append(NodeResult(node, Outcome.FAILED, _error_class(result), str(result)))
                 verdict = judge_refusal(result)
                 if verdict is not None:
-                    failed[our_reason(verdict.reason, verdict.message)].append(node)
+                    failed[Reason(verdict.reason, verdict.message)].append(node)
                 log.error("request %s: create pod %s failed: %s", request_id, node, result)
             else:
                 results.append(NodeResult(node, Outcome.OK))
@@ -283,9 +284,20 @@ class BridgeService:
                 )
         # Kubernetes said no for good: fail fast so Slurm requeues instead of waiting.
         every_failed = [n for nodes in failed.values() for n in nodes]
+        if not every_failed:
+            return results
+        # One listing for every reason: which nodes are CLOUD, and the jobs' other nodes.
+        try:
+            snapshot = self.slurm.list_nodes()
+        except BridgeError as e:
+            # Unsure what they are: leave Slurm alone; the reconciler tries again next pass.
+            log.warning("not setting %s DOWN: cannot read Slurm: %s", compress(every_failed), e)
+            return results
         for reason, nodes in failed.items():
-            down = self.failures.cloud_nodes(nodes)
-            if self.failures.mark_down_failing_jobs(self.config.pools, down, reason, every_failed):
+            down = self.failures.cloud_nodes(nodes, snapshot)
+            if self.failures.mark_down_failing_jobs(
+                self.config.pools, down, reason, every_failed, snapshot
+            ):
                 self._fail_fasts(down, reason)
         return results
 
@@ -390,29 +402,17 @@ class BridgeService:
                 current_hashes=self.template_hashes,
             )
             if actions:
-                self.execute(actions)
+                self.execute(actions, nodes)
             self.metrics.reconcile_pass(time.monotonic() - started, actions)
             return actions
 
-    def execute(self, actions: Sequence[Action]) -> None:
-        """Carry out a plan: Slurm first (so jobs requeue at once), then pods."""
-        down_by_reason: dict[str, list[str]] = defaultdict(list)
-        for action in actions:
-            if isinstance(action, MarkDown):
-                if action.unless_pod_exists and self._pod_exists(action.node):
-                    log.info(
-                        "reconcile: %s has a pod after all; not %s", action.node, action.reason
-                    )
-                    continue
-                down_by_reason[action.reason].append(action.node)
-        every_down = [n for nodes in down_by_reason.values() for n in nodes]
-        for reason, nodes in down_by_reason.items():
-            if self.failures.mark_down_failing_jobs(self.config.pools, nodes, reason, every_down):
-                self._fail_fasts(nodes, reason)
-            for node in nodes:
-                self.pods.record_event(
-                    node, "SlurmNodeDown", f"Slurm node {node} set DOWN: {reason}", warning=True
-                )
+    def execute(
+        self, actions: Sequence[Action], snapshot: Sequence[SlurmNode] | None = None
+    ) -> None:
+        """Carry out a plan: Slurm first (so jobs requeue at once), then pods. ``snapshot``:
+        the Slurm nodes the plan was made from, which the failure path reads instead of
+        listing them again."""
+        self._mark_down([a for a in actions if isinstance(a, MarkDown)], snapshot)
         deletes = [a for a in actions if isinstance(a, DeletePod)]
         for action in deletes:
             log.info("reconcile: delete pod %s: %s", action.node, action.why)
@@ -434,13 +434,34 @@ class BridgeService:
         self.slurm_writes.write(actions)
         creates = self._not_in_flight([a for a in actions if isinstance(a, CreatePod)])
         if creates:
-            for action in creates:
-                log.info("reconcile: create pod %s: %s", action.node, action.why)
+            # The plan knows each node's pool: no regrouping by hostlist.
+            groups: dict[str, list[str]] = defaultdict(list)
+            for create in creates:
+                log.info("reconcile: create pod %s: %s", create.node, create.why)
+                groups[create.pool].append(create.node)
             # Not self.resume: a pod the reconciler recreates starts no resume latency.
-            groups, _ = self.config.pools.group([a.node for a in creates])
             self._create(groups, {}, "reconcile")
         # Last: a record for kubectl, never in the way of what Slurm and its jobs wait for.
         self.pod_states.write([a for a in actions if isinstance(a, SetPodSlurmState)])
+
+    def _mark_down(self, marks: Sequence[MarkDown], snapshot: Sequence[SlurmNode] | None) -> None:
+        """The plan's DOWNs, one Slurm write (and failing-jobs look) per distinct reason."""
+        down_by_reason: dict[Reason, list[str]] = defaultdict(list)
+        for action in marks:
+            if action.unless_pod_exists and self._pod_exists(action.node):
+                log.info("reconcile: %s has a pod after all; not %s", action.node, action.reason)
+                continue
+            down_by_reason[action.reason].append(action.node)
+        every_down = [n for nodes in down_by_reason.values() for n in nodes]
+        for reason, nodes in down_by_reason.items():
+            if self.failures.mark_down_failing_jobs(
+                self.config.pools, nodes, reason, every_down, snapshot
+            ):
+                self._fail_fasts(nodes, reason)
+            for node in nodes:
+                self.pods.record_event(
+                    node, "SlurmNodeDown", f"Slurm node {node} set DOWN: {reason}", warning=True
+                )
 
     def _not_in_flight(self, creates: Sequence[CreatePod]) -> list[CreatePod]:
         """Those of ``creates`` no accepted resume is creating now: a second create of each of a

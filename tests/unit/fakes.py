@@ -75,8 +75,11 @@ class FakeSlurm:
         self.jobs_error: BackendError | None = None
         self.comment_error: BackendError | None = None
         self.jobs_reads: list[tuple[str, ...]] = []
+        #: How many times the node table was listed (each is a full scontrol call at a site).
+        self.node_reads = 0
 
     def list_nodes(self) -> list[SlurmNode]:
+        self.node_reads += 1
         return list(self.nodes.values())
 
     def update_nodes(self, names: Sequence[str], *, state: str, reason: str | None = None) -> None:

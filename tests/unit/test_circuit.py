@@ -10,7 +10,6 @@ from bridge.domain.circuit import (
     BreakerPolicy,
     BreakerState,
     CircuitBreakers,
-    is_fail_fast,
     pause_reason,
 )
 
@@ -167,30 +166,10 @@ def test_unknown_pool_is_a_key_error() -> None:
     ],
 )
 def test_pause_reason(last: str, expected: str) -> None:
-    assert pause_reason("gpu", at(600), last) == expected
+    assert pause_reason("gpu", at(600), last).text == expected
 
 
 def test_pause_reason_is_bounded() -> None:
-    reason = pause_reason("gpu", at(600), "k8s: Unschedulable: " + "x" * 500)
+    reason = pause_reason("gpu", at(600), "k8s: Unschedulable: " + "x" * 500).text
     assert len(reason) == 200
     assert reason.startswith("k8s: PoolPaused: pool gpu paused until 2026-12-03T12:10:00Z: ")
-
-
-@pytest.mark.parametrize(
-    ("reason", "counts"),
-    [
-        ("k8s: ImagePullBackOff: nope", True),
-        ("k8s: Forbidden: admission webhook denied", True),
-        ("k8s: PoolPaused: pool gpu paused until ...", False),
-        ("k8s: PodMissing: no pod for node gpu-0", False),
-        ("k8s: EvictionByEvictionAPI: Eviction API: evicting", False),
-        ("k8s: Deleted: the pod is being deleted", False),
-        ("k8s: PreemptionByScheduler: preempted", False),
-        ("k8s: CrashLoopBackOff: back-off restarting", True),
-        ("k8s: NotTriggerScaleUp: no node group fits", True),
-        ("admin: disk replaced", False),
-        ("", False),
-    ],
-)
-def test_what_counts_as_a_fail_fast(reason: str, counts: bool) -> None:
-    assert is_fail_fast(reason) is counts

@@ -23,6 +23,7 @@ from bridge.api import build_server
 from bridge.config import parse_config
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.pods import PodView
+from bridge.domain.reason import Reason
 from bridge.domain.reconcile import MarkDown
 from bridge.domain.results import NodeResult, NodeStatus, Outcome
 from bridge.errors import (
@@ -32,7 +33,7 @@ from bridge.errors import (
     InvalidInput,
     TransientBackendError,
 )
-from bridge.metrics import POWER_STATES, STAGES, BridgeMetrics, reason_kind
+from bridge.metrics import POWER_STATES, STAGES, BridgeMetrics
 from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
 from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
 from bridge.runtime.pod_watcher import PodWatcher
@@ -351,13 +352,14 @@ def test_a_pass_sets_the_pod_and_node_gauges_and_zeroes_series_that_emptied() ->
         ("k8s: Forbidden", "Forbidden"),
         ("k8s: pod cpu-3 was evicted by node x", "other"),
         ("k8s: ", "other"),
-        ("Not responding", None),
     ],
 )
-def test_fail_fast_labels_are_reason_kinds_never_free_text(reason: str, kind: str | None) -> None:
-    assert reason_kind(reason) == kind
+def test_fail_fast_labels_are_reason_kinds_never_free_text(reason: str, kind: str) -> None:
+    parsed = Reason.parse(reason)
+    assert parsed is not None
+    assert parsed.label == kind
     metrics = BridgeMetrics()
-    metrics.fail_fast(reason, 3)
+    metrics.fail_fast(parsed, 3)
     counted = [
         (s.labels["reason"], s.value)
         for m in metrics.registry.collect()
@@ -365,7 +367,7 @@ def test_fail_fast_labels_are_reason_kinds_never_free_text(reason: str, kind: st
         for s in m.samples
         if s.name.endswith("_total")
     ]
-    assert counted == ([] if kind is None else [(kind, 3)])
+    assert counted == [(kind, 3)]
 
 
 # --- the service feeds it -----------------------------------------------------------------------
@@ -386,7 +388,7 @@ def test_the_service_times_resumes_forgets_suspends_and_counts_its_passes() -> N
     assert sample(metrics, "reconcile_pass_seconds_count") == 1
     assert sample(metrics, "nodes", power_state="powered_down") == 3
     assert sample(metrics, "pods", pool="cpu", phase="Pending") == 1
-    service.execute([MarkDown("cpu-2", "k8s: ErrImagePull: no such image")])
+    service.execute([MarkDown("cpu-2", Reason("ErrImagePull", "no such image"))])
     assert sample(metrics, "fail_fast_total", reason="ErrImagePull") == 1
 
 
@@ -435,8 +437,8 @@ def test_the_endpoint_on_port_0_lists_every_metric() -> None:
     # Every labelled series exists once something was counted; the scrape must show them all.
     metrics.rpc_call("ResumeNodes", "OK")
     metrics.observe_state([cloud("a", "IDLE")], [pod("a", "Running")], 0)
-    metrics.fail_fast("k8s: Unschedulable: x", 1)
-    metrics.reconcile_pass(0.01, [MarkDown("a", "k8s: x")])
+    metrics.fail_fast(Reason("Unschedulable", "x"), 1)
+    metrics.reconcile_pass(0.01, [MarkDown("a", Reason("x", ""))])
     metrics.backend_error("slurm", "BackendError")
     metrics.backend_retry("kubernetes")
     metrics.pod_state_patched("label")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.domain.nodes import REASON_PREFIX, SlurmNode, our_reason
+from bridge.domain.nodes import REASON_PREFIX, SlurmNode
+from bridge.domain.reason import our_reason
 
 
 def n(state: str, *flags: str, reason: str = "") -> SlurmNode:

@@ -16,6 +16,7 @@ import pytest
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.pods import PodFailure, PodHoldup, PodView
 from bridge.domain.pools import NodePool, PoolSet
+from bridge.domain.reason import Reason
 from bridge.domain.reconcile import (
     Action,
     CreatePod,
@@ -146,7 +147,7 @@ def held(name: str, reason: str) -> list[Action]:
 def fail_fast(
     name: str, failure: PodFailure, *, delete: bool = True, uid: str = ""
 ) -> list[Action]:
-    actions: list[Action] = [MarkDown(name, f"k8s: {failure.reason}: {failure.message}")]
+    actions: list[Action] = [MarkDown(name, Reason(failure.reason, failure.message))]
     if delete:
         actions.append(DeletePod(name, f"{failure.reason}: {failure.message}", uid))
     return actions
@@ -432,7 +433,7 @@ CASES = [
         [
             MarkDown(
                 "cpu-0",
-                "k8s: PodMissing: no pod for node cpu-0; Slurm thinks it is up",
+                Reason("PodMissing", "no pod for node cpu-0; Slurm thinks it is up"),
                 unless_pod_exists=True,
             )
         ],
@@ -683,7 +684,7 @@ def apply(actions: list[Action], slurm: FakeSlurm, pods: FakePods) -> None:
     """Carry the actions out on the fakes, in the order the service does (Slurm first)."""
     for a in actions:
         if isinstance(a, MarkDown):
-            slurm.update_nodes([a.node], state="down", reason=a.reason)
+            slurm.update_nodes([a.node], state="down", reason=a.reason.text)
     for a in actions:
         if isinstance(a, DeletePod | ForceDeletePod):
             pods.delete_pods([a.node], uids={a.node: a.uid} if a.uid else None)
@@ -764,7 +765,7 @@ def test_reasons_are_short_single_lines() -> None:
     long = PodFailure("ErrImagePull", "line one\nline two " + "x" * 400)
     (mark, *_) = plan([node("cpu-0", "IDLE")], [pod("cpu-0", failure=long)], POOLS, NOW, GUARDS)
     assert isinstance(mark, MarkDown)
-    assert "\n" not in mark.reason
-    assert len(mark.reason) == 200
-    assert mark.reason.startswith("k8s: ErrImagePull: line one line two x")
-    assert mark.reason.endswith("...")
+    assert "\n" not in mark.reason.text
+    assert len(mark.reason.text) == 200
+    assert mark.reason.text.startswith("k8s: ErrImagePull: line one line two x")
+    assert mark.reason.text.endswith("...")

@@ -11,6 +11,7 @@ import pytest
 
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.pods import PodView
+from bridge.domain.reason import Reason
 from bridge.domain.reconcile import Action, DeletePod, MarkDown, PowerDownAsap, plan
 from tests.unit.fakes import FakePods, FakeSlurm
 from tests.unit.test_reconcile_plan import ADMIN, DELETED, GUARDS, NOW, POOLS, core, node, pod
@@ -80,7 +81,7 @@ CASES = [
         "pod-deleting:no-rollout-the-pod-is-going",
         [node("cpu-0")],
         [on(OLD, pod("cpu-0", failure=DELETED, deleting=True))],
-        [MarkDown("cpu-0", "k8s: Deleted: the pod is being deleted")],
+        [MarkDown("cpu-0", Reason("Deleted", "the pod is being deleted"))],
     ),
     Case(
         "powered-down+old-pod:plain-delete",

@@ -22,6 +22,7 @@ from bridge.domain.pods import (
     PodHoldup,
     PodView,
 )
+from bridge.domain.reason import Reason
 from bridge.domain.reconcile import (
     CreatePod,
     DeletePod,
@@ -115,7 +116,7 @@ def test_resume_records_an_event_per_created_pod_only() -> None:
 
 def test_failed_nodes_get_a_warning_event_naming_the_reason() -> None:
     w = World(cloud("cpu-0", "ALLOCATED", "POWERING_UP"))
-    w.service.execute([MarkDown("cpu-0", "k8s: ErrImagePull: no such image")])
+    w.service.execute([MarkDown("cpu-0", Reason("ErrImagePull", "no such image"))])
     assert w.pods.events == [
         (
             "cpu-0",
@@ -240,6 +241,22 @@ def test_resume_batches_the_down_by_reason() -> None:
         Update(("cpu-0", "cpu-2"), "down", "k8s: NoCapacity: exceeded quota"),
         Update(("cpu-3",), "down", "k8s: Conflict: not ours"),
     ]
+    # One listing serves both reasons: which nodes are CLOUD, and the jobs' other nodes.
+    assert w.slurm.node_reads == 1
+
+
+def test_a_pass_that_fails_nodes_for_two_reasons_lists_slurm_once() -> None:
+    w = World(*powering_up("cpu-0", "cpu-1"))
+    w.pods.add("cpu-0", failure=PodFailure("ErrImagePull", "pull access denied"))
+    w.pods.add("cpu-1", failure=PodFailure("InvalidImageName", "bad name"))
+    actions = w.service.reconcile_once()
+    assert {a.reason.kind for a in actions if isinstance(a, MarkDown)} == {
+        "ErrImagePull",
+        "InvalidImageName",
+    }
+    assert [u.state for u in w.slurm.updates].count("down") == 2
+    # The pass's own snapshot serves the failure path: no listing per reason.
+    assert w.slurm.node_reads == 1
 
 
 def test_resume_survives_slurm_refusing_the_down(caplog: pytest.LogCaptureFixture) -> None:
@@ -335,16 +352,16 @@ def test_reconcile_once_executes_the_plan_slurm_first_batched_by_reason() -> Non
     w.pods.add("cpu-2", created_at=old)
     actions = w.service.reconcile_once()
     assert actions == [
-        MarkDown("cpu-0", "k8s: ErrImagePull: pull access denied"),
+        MarkDown("cpu-0", Reason("ErrImagePull", "pull access denied")),
         DeletePod("cpu-0", "ErrImagePull: pull access denied"),
-        MarkDown("cpu-1", "k8s: ErrImagePull: pull access denied"),
+        MarkDown("cpu-1", Reason("ErrImagePull", "pull access denied")),
         DeletePod("cpu-1", "ErrImagePull: pull access denied"),
         DeletePod("cpu-2", "Slurm node is powered down"),
         CreatePod("cpu-3", "cpu", "Slurm node is powering up and has no pod"),
         ResumeNode("gpu-0", "held DOWN for 0:01:00"),
         MarkDown(
             "gpu-1",
-            "k8s: PodMissing: no pod for node gpu-1; Slurm thinks it is up",
+            Reason("PodMissing", "no pod for node gpu-1; Slurm thinks it is up"),
             unless_pod_exists=True,
         ),
     ]
@@ -378,7 +395,7 @@ def test_reconcile_retries_a_refused_power_down_on_the_next_pass(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     w = World(cloud("cpu-0", "IDLE"))  # up, no pod
-    w.service.execute([MarkDown("cpu-0", "k8s: PodMissing: x")])
+    w.service.execute([MarkDown("cpu-0", Reason("PodMissing", "x"))])
     w.service.clock = lambda: NOW + timedelta(minutes=2)  # the hold is over
     w.slurm.fail_next = TransientBackendError("slurmctld busy")
     assert w.service.reconcile_once() == [PowerDown("cpu-0", "held DOWN for 0:01:00")]

@@ -10,6 +10,7 @@ import pytest
 from bridge.domain.circuit import BreakerState
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.pods import PodFailure
+from bridge.domain.reason import Reason
 from bridge.domain.reconcile import MarkDown
 from bridge.domain.results import ErrorClass, NodeResult, Outcome
 from bridge.errors import Forbidden, InvalidInput, NoCapacity, TransientBackendError
@@ -99,7 +100,9 @@ def test_the_reconciler_creates_no_pod_for_a_paused_pool_either() -> None:
 )
 def test_which_downs_of_the_reconciler_count(reason: str, opens: bool) -> None:
     w = World()
-    w.service.execute([MarkDown("cpu-0", reason), MarkDown("cpu-1", reason)])
+    ours = Reason.parse(reason)
+    assert ours is not None
+    w.service.execute([MarkDown("cpu-0", ours), MarkDown("cpu-1", ours)])
     assert (w.state("cpu") is BreakerState.OPEN) is opens
 
 

@@ -9,12 +9,21 @@ import pytest
 
 from bridge.domain.job_failure import SlurmJob
 from bridge.domain.pods import PodFailure
+from bridge.domain.reason import Reason
 from bridge.domain.reconcile import MarkDown
 from bridge.errors import BackendError, NoCapacity, TransientBackendError
 from tests.unit.fakes import Update
 from tests.unit.test_service import NOW, World, cloud, powering_up
 
 FULL = "k8s: NoCapacity: exceeded quota"
+
+
+def parsed(text: str) -> Reason:
+    reason = Reason.parse(text)
+    assert reason is not None, text
+    return reason
+
+
 STARTING = frozenset({"RUNNING", "CONFIGURING", "POWER_UP_NODE"})
 
 
@@ -55,7 +64,7 @@ def test_the_reconcile_plans_fail_fast_is_job_aware_too() -> None:
         "cpu-1", phase="Pending", failure=PodFailure("ErrImagePull", "denied"), created_at=old
     )
     w.pods.add("cpu-2", phase="Pending", created_at=old)
-    assert MarkDown("cpu-1", "k8s: ErrImagePull: denied") in w.service.reconcile_once()
+    assert MarkDown("cpu-1", Reason("ErrImagePull", "denied")) in w.service.reconcile_once()
     assert w.slurm.updates == [
         Update(("cpu-1",), "down", "k8s: ErrImagePull: denied"),
         Update(("cpu-0",), "power_down_force"),
@@ -131,7 +140,7 @@ def test_a_refused_release_is_logged(caplog: pytest.LogCaptureFixture) -> None:
 def test_downs_that_are_no_fail_fast_read_no_jobs(reason: str) -> None:
     w = World(*powering_up("cpu-0"), cloud("cpu-1", "ALLOCATED"))
     w.slurm.jobs[7] = SlurmJob(7, STARTING, "cpu-[0-1]")
-    w.service.execute([MarkDown("cpu-1", reason)])
+    w.service.execute([MarkDown("cpu-1", parsed(reason))])
     assert w.slurm.jobs_reads == []
     assert w.slurm.updates == [Update(("cpu-1",), "down", reason)]
     assert w.slurm.jobs[7].admin_comment == ""
@@ -140,7 +149,9 @@ def test_downs_that_are_no_fail_fast_read_no_jobs(reason: str) -> None:
 def test_a_node_failing_for_another_reason_in_the_same_pass_is_not_released() -> None:
     w = World(*powering_up("cpu-0", "cpu-1", "cpu-2"))
     w.slurm.jobs[7] = SlurmJob(7, STARTING, "cpu-[0-2]")
-    w.service.execute([MarkDown("cpu-1", "k8s: ErrImagePull: denied"), MarkDown("cpu-2", FULL)])
+    w.service.execute(
+        [MarkDown("cpu-1", Reason("ErrImagePull", "denied")), MarkDown("cpu-2", parsed(FULL))]
+    )
     assert w.slurm.updates == [
         Update(("cpu-1",), "down", "k8s: ErrImagePull: denied"),
         Update(("cpu-0",), "power_down_force"),
