@@ -9,7 +9,7 @@ absolute import that only works with the output directory on ``sys.path``; we re
 relative import so the code imports as ``bridge.rpc._proto.slurm_k8s_bridge.v1`` while the proto's
 own name (``slurm_k8s_bridge/v1/bridge.proto``, seen by reflection and other languages) stays
 unchanged. The output is deterministic for a given grpcio-tools version, which is what
-``tests/unit/test_proto_generated.py`` relies on.
+``tests/tooling/test_proto_generated.py`` relies on.
 """
 
 from __future__ import annotations

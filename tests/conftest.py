@@ -97,6 +97,16 @@ class ProvingGround:
 
 
 @pytest.fixture(scope="session")
+def build_cache() -> ProvingGround:
+    """The proving ground's built tools (kustomize, kubectl) without starting anything: for
+    tests that only build manifests. `make build` (which `make test` runs first) fills it."""
+    where = layout.Layout.default()
+    if not where.kustomize_bin.is_file():
+        pytest.fail(f"{where.kustomize_bin} missing: run `make build` (or `make test`)")
+    return ProvingGround(where)
+
+
+@pytest.fixture(scope="session")
 def proving_ground() -> Iterator[ProvingGround]:
     """Bring the proving ground up unless it runs already; take down only what we started."""
     where = layout.Layout.default()

@@ -271,7 +271,7 @@ def add_render_parser(
         action="store_true",
         help="global PrologSlurmctld=slurm_plugins/job_ready: it returns once a job's nodes "
         "are up, so a job that waited for pods starts then, not at slurmctld's next periodic "
-        "check (~25 s later; see README 'Job start'). Refused when the site has a "
+        "check (~25 s later; see docs/operations.md, Job start). Refused when the site has a "
         "PrologSlurmctld of its own",
     )
     p.add_argument("--job-ready-program", help="PrologSlurmctld for --job-ready-prolog")

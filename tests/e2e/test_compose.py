@@ -11,8 +11,7 @@ import os
 import secrets
 import shutil
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,12 +21,11 @@ from proving_ground.layout import APISERVER_PORT, HOST_IP
 
 from tests import slurm_state
 from tests.conftest import ROOT, ProvingGround
-from tests.e2e.test_deploy_overlays import apply_namespace, policy_objects
+from tests.integration.manifests import KUSTOMIZE_DIR, apply_namespace, policy_objects, wait_for
 
 pytestmark = pytest.mark.e2e
 
 NAMESPACE = "slurm-compose"
-KUSTOMIZE_DIR = ROOT / "deploy" / "kustomize"
 MUNGE_KEY = ROOT / "deploy" / "compose" / "munge.key"
 KUBECONFIG = ROOT / "deploy" / "compose" / "kubeconfig"
 SHARED = Path("/var/lib/slurm-k8s-bridge/compose")
@@ -49,14 +47,6 @@ def run(
     if check and result.returncode != 0:
         raise AssertionError(f"{argv} exited {result.returncode}: {result.stderr[-3000:]}")
     return result
-
-
-def wait_for(what: str, probe: Callable[[], bool], timeout_s: float, interval_s: float = 2) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not probe():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-        time.sleep(interval_s)
 
 
 @pytest.fixture

@@ -4,8 +4,6 @@ appear, slurmd registers, the job runs, the nodes idle, the pods go away."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
 from pathlib import Path
 
@@ -15,7 +13,6 @@ from tests.cluster import (
     SHARED,
     bridge_cli,
     bridge_metrics,
-    bridge_pid,
     job_finished,
     job_state,
     metric_total,
@@ -255,14 +252,3 @@ def eviction_cycle(pg: ProvingGround, use: Use) -> None:
     wait_for("job requeued", lambda: job_state(pg, job) in ("PENDING", "REQUEUED") or None, 30)
     wait_for("pod gone", lambda: "big-3" not in pods(pg) or None, 60)
     pg.slurm("scancel", str(job))
-
-
-def test_bridge_survives_sigterm_gracefully(proving_ground: ProvingGround) -> None:
-    pg = proving_ground
-    pid = bridge_pid(pg)
-    assert pid is not None
-    os.kill(pid, signal.SIGTERM)
-    wait_for("bridge exit", lambda: bridge_pid(pg) is None or None, 20)
-    log = (pg.layout.logs / "bridge.log").read_text()
-    assert "shutting down" in log
-    restart_bridge(pg)

@@ -3,42 +3,34 @@
 During a 2-node job ``kubectl get pods -l slurm-k8s-bridge.io/slurm-state=allocated`` selects
 exactly the job's pods; the readiness gate holds each pod NotReady until Slurm shows its slurmd
 registered; ``scontrol show node`` Comment names pod, Kubernetes node and IP during the job and
-is gone after the suspend.
+is gone after the suspend. (A node forced down while powering up, on kwok, is
+tests/integration/test_pod_state_forced_down.py.)
 """
 
 from __future__ import annotations
 
-import json
 import re
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from proving_ground import slurm
 
-from bridge.config import load_config
-from bridge.domain.pod_slurm_state import slurm_state_word
-from bridge.domain.pods import pod_view
-from bridge.domain.reconcile import Guards, SetPodSlurmState, plan
 from tests.cluster import (
     NAMESPACE,
     job_finished,
     pods,
-    slurm_node,
     submit,
     wait_for,
     wait_idle_powered_down,
 )
 from tests.conftest import ProvingGround, Use
+from tests.integration.pod_state import SHOWN_WITHIN_S, STATE_LABEL
+from tests.integration.pod_state import state_events as _state_events
 
 pytestmark = pytest.mark.e2e
 
 NAMES = ["cpu-0", "cpu-1"]
-STATE_LABEL = "slurm-k8s-bridge.io/slurm-state"
 REGISTERED = "slurm-k8s-bridge.io/registered"
-#: The bridge reconciles every 5 s on the proving ground: a change shows within two passes.
-SHOWN_WITHIN_S = 20
 
 
 def _condition(pod: dict[str, Any], kind: str) -> str:
@@ -67,22 +59,6 @@ def _comment(line: str) -> str:
     found = re.search(r"\bComment=(.*?)(?=\s+[A-Za-z]+=|$)", line)
     value = found.group(1).strip() if found else ""
     return "" if value in ("(null)", "") else value
-
-
-def _state_events(pg: ProvingGround, involved: str) -> list[str]:
-    """The messages of the SlurmStateChanged Events on the object ``involved`` names
-    (``name=cpu-0``, ``uid=...``)."""
-    out = pg.kubectl(
-        "-n",
-        NAMESPACE,
-        "get",
-        "events",
-        "--field-selector",
-        f"involvedObject.{involved},reason=SlurmStateChanged",
-        "-o",
-        "json",
-    )
-    return [str(e.get("message") or "") for e in json.loads(out)["items"]]
 
 
 def test_slurm_state_on_pods_and_pod_facts_in_slurm(
@@ -188,43 +164,3 @@ def test_slurm_state_on_pods_and_pod_facts_in_slurm(
             every=1,
         )
     print(f"pods gone and comments cleared {time.monotonic() - finished:.0f}s after the job")
-
-
-def test_a_node_forced_down_while_powering_up_is_not_patched_on_its_way_out(
-    proving_ground: ProvingGround, use: Use
-) -> None:
-    """``power_down_force`` on a node still powering up (a kwok pod: no slurmd) clears
-    POWERING_UP and queues the power down; Slurm's power-save thread suspends it about a second
-    later. A reconcile pass in that second read a new word (``not-responding``) and patched the
-    pod just before deleting it: 50 wasted patches in the CI run of the 50-pod bench smoke. The
-    test reads that very state from slurmctld as the bridge does and plans with it."""
-    pg = proving_ground
-    name = "sim-58"
-    use(name)
-    pools = load_config(slurm.bridge_config_path(pg.layout), environ={}).pools
-    pg.slurm("scontrol", "update", f"nodename={name}", "state=power_up")
-
-    def labelled_powering_up() -> dict[str, Any] | None:
-        pod = pods(pg).get(name)
-        shows = pod["metadata"]["labels"].get(STATE_LABEL) if pod else None
-        return pod if shows == "powering-up" else None
-
-    labelled = wait_for(
-        f"{name}'s pod labelled powering-up", labelled_powering_up, SHOWN_WITHIN_S + 10, every=0.5
-    )
-    uid = labelled["metadata"]["uid"]
-    pg.slurm("scontrol", "update", f"nodename={name}", "state=drain", "reason=e2e")
-    pg.slurm("scontrol", "update", f"nodename={name}", "state=power_down_force")
-    seen = slurm_node(pg, name)
-    manifest = pods(pg).get(name)
-    assert seen.power_down_queued and not seen.is_powering_down, (
-        f"read after the power-save thread moved on (test too slow?): {seen}"
-    )
-    assert slurm_state_word(seen) != "powering-up", f"the word must have changed: {seen}"
-    assert manifest is not None and manifest["metadata"]["uid"] == uid
-    actions = plan([seen], [pod_view(manifest)], pools, datetime.now(UTC), Guards())
-    assert not [a for a in actions if isinstance(a, SetPodSlurmState)], actions
-
-    # And the bridge's own passes: the pod goes with no SlurmStateChanged Event on it.
-    wait_idle_powered_down(pg, name, timeout=90)
-    assert _state_events(pg, f"uid={uid}") == []

@@ -1,27 +1,29 @@
 """The admission guard of the administrator's kustomization (ValidatingAdmissionPolicy
 slurm-k8s-bridge-pods, deploy/kustomize/namespace) on the proving ground's API server: with the
 bridge's identity only pods rendered like the bridge renders them are admitted (its labels, images
-and hostPaths from the allow-lists); anyone else is not affected. And every Namespace
-kustomization ships the guard, the same everywhere; no build holds credentials."""
+and hostPaths from the allow-lists); anyone else is not affected.
+
+Needs the kube-apiserver alone: admission is what is tested, so pods are created as server-side
+dry runs or with a node selector no node matches, and none runs. What the guard's kustomizations
+build is tests/integration/test_kustomize_build.py."""
 
 from __future__ import annotations
 
 import copy
 import json
 import os
-import re
 import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 
 from bridge.config import load_config
 from bridge.domain.pod_rendering import PodSettings, render_pod
 from tests.cluster import kubectl_outcome
 from tests.conftest import ROOT, ProvingGround
-from tests.e2e.test_deploy_overlays import (
+from tests.integration.manifests import (
+    ALLOW_LISTS,
     KUSTOMIZE_DIR,
     POLICY,
     admission_policy_cleanup,
@@ -31,13 +33,10 @@ from tests.e2e.test_deploy_overlays import (
     wait_for,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.integration
 
 NAMESPACE = "skb-e2e-admission"
 BRIDGE = f"system:serviceaccount:{NAMESPACE}:slurm-k8s-bridge"
-OVERLAYS = ("base", "overlays/external", "overlays/in-cluster")
-#: The administrator's kustomizations: the Namespace (its allow-lists) and the guard.
-NAMESPACES = ("namespace", "overlays/in-cluster/namespace")
 #: Bridge configurations whose pools must pass the default allow-lists (namespace/): the
 #: proving ground's (it applies them), the in-cluster overlay's and docker-compose's.
 CONFIGS = (
@@ -45,18 +44,11 @@ CONFIGS = (
     KUSTOMIZE_DIR / "overlays" / "in-cluster" / "bridge.yaml",
     ROOT / "deploy" / "compose" / "bridge.yaml",
 )
-#: The Namespace annotations holding the allow-lists.
-ALLOW_LISTS = ("slurm-k8s-bridge.io/allowed-images", "slurm-k8s-bridge.io/allowed-host-paths")
 BRIDGE_LABELS = {
     "app.kubernetes.io/managed-by": "slurm-k8s-bridge",
     "slurm-k8s-bridge.io/cluster": "admission",
     "slurm-k8s-bridge.io/pool": "probe",
 }
-#: What no build may contain: service account tokens (JWTs), private keys, kubeconfig users.
-CREDENTIALS = re.compile(
-    r"eyJhbGciOi|PRIVATE KEY|client-key-data|client-certificate-data|kind: Config\b"
-    r"|kubernetes\.io/service-account-token"
-)
 
 
 @pytest.fixture(scope="module")
@@ -245,44 +237,3 @@ def test_everyone_else_is_not_affected(applied: ProvingGround) -> None:
     """The cluster administrator (and any other identity) creates what RBAC lets it."""
     result = create(applied, hand_made_pod(), as_bridge=False, dry_run=True)
     assert result.returncode == 0, result.stderr
-
-
-@pytest.mark.parametrize("kustomization", NAMESPACES)
-def test_every_namespace_ships_the_guard(proving_ground: ProvingGround, kustomization: str) -> None:
-    docs = [
-        d for d in yaml.safe_load_all(kustomize(proving_ground, KUSTOMIZE_DIR / kustomization)) if d
-    ]
-    kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
-    assert ("ValidatingAdmissionPolicy", POLICY) in kinds
-    assert ("ValidatingAdmissionPolicyBinding", POLICY) in kinds
-    namespace = next(d for d in docs if d["kind"] == "Namespace")
-    assert set(ALLOW_LISTS) <= set(namespace["metadata"]["annotations"])
-
-
-@pytest.mark.parametrize("kustomization", OVERLAYS + NAMESPACES)
-def test_no_build_holds_credentials(proving_ground: ProvingGround, kustomization: str) -> None:
-    """No token, private key or kubeconfig, and no Secret at all (the munge key Secret is the
-    site's, named in the bridge's configuration)."""
-    text = kustomize(proving_ground, KUSTOMIZE_DIR / kustomization)
-    assert not CREDENTIALS.search(text), CREDENTIALS.search(text)
-    docs = [d for d in yaml.safe_load_all(text) if d]
-    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"] == []
-
-
-def test_the_guard_is_the_same_in_every_namespace(proving_ground: ProvingGround) -> None:
-    """Cluster-scoped objects shared by every bridge namespace: applying one Namespace's
-    kustomization after another must not change them (only their namespace, which the API server
-    ignores, differs)."""
-
-    def guard(kustomization: str) -> list[dict[str, Any]]:
-        docs = yaml.safe_load_all(kustomize(proving_ground, KUSTOMIZE_DIR / kustomization))
-        found = [d for d in docs if d and d["kind"].startswith("ValidatingAdmissionPolicy")]
-        for doc in found:
-            doc["metadata"].pop("namespace", None)
-        return found
-
-    first = guard(NAMESPACES[0])
-    for kustomization in NAMESPACES[1:]:
-        assert guard(kustomization) == first, kustomization
-    # No paramKind: its lists are those of the namespace of each request (see the policy).
-    assert all("paramKind" not in d["spec"] and "paramRef" not in d["spec"] for d in first)
