@@ -178,7 +178,7 @@ def state_matches(row: NodeStatus, word: str) -> bool:
         return True
     if not row.slurm_state:
         return False
-    node = SlurmNode.from_display_state(row.node, row.slurm_state)
+    node = row.slurm_view
     if w in _FLAG_WORDS:
         return w in node.flags
     want = SlurmNode.from_display_state("", word.strip().lower())

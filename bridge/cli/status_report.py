@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from bridge.domain.nodes import SlurmNode
 from bridge.domain.results import NodeStatus
 from bridge.domain.stuck import DEFAULT_AFTER, Sighting, Stuck, find_stuck
 
@@ -100,7 +99,7 @@ def state_word(row: NodeStatus) -> str:
     """The summary's word for a node's Slurm state: what it is doing, trouble first."""
     if not row.slurm_state:
         return "not in Slurm"
-    node = SlurmNode.from_display_state(row.node, row.slurm_state)
+    node = row.slurm_view
     if node.is_down:
         return "down"
     if node.is_drained:

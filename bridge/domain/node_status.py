@@ -38,6 +38,7 @@ def node_statuses(
                 since=pod.created_at if pod else None,
                 template_hash=pod.template_hash if pod else "",
                 pool_template_hash=template_hashes.get(pool.name, "") if pool else "",
+                slurm_node=node,
             )
         )
     return rows

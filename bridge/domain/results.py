@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass
 from datetime import datetime
 
+from bridge.domain.nodes import SlurmNode
+
 
 class Outcome(enum.Enum):
     """What happened to one node of a request."""
@@ -53,6 +55,17 @@ class NodeStatus:
     #: pool renders now: a pod whose known hash differs is being rolled.
     template_hash: str = ""
     pool_template_hash: str = ""
+    #: Slurm's node as the bridge read it (base state, flags, reason and its time); None when
+    #: Slurm does not know the node, or from a bridge older than these fields on the wire.
+    slurm_node: SlurmNode | None = None
+
+    @property
+    def slurm_view(self) -> SlurmNode:
+        """Slurm's node: :attr:`slurm_node`, else what the compact ``slurm_state`` tells (an
+        older bridge's answer; the compact form loses the reason's time and some flags)."""
+        if self.slurm_node is not None:
+            return self.slurm_node
+        return SlurmNode.from_display_state(self.node, self.slurm_state, self.reason)
 
     @property
     def on_older_template(self) -> bool:

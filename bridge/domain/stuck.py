@@ -119,7 +119,7 @@ def _why_at_once(row: NodeStatus, node: SlurmNode) -> str | None:
 
 def _why(row: NodeStatus, now: datetime, after: timedelta, seen: datetime | None) -> str | None:
     """Why ``row`` is stuck, or ``None``."""
-    node = SlurmNode.from_display_state(row.node, row.slurm_state, row.reason)
+    node = row.slurm_view
     at_once = _why_at_once(row, node)
     if at_once is not None:
         return at_once

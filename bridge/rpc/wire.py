@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC
 
 from bridge.domain.circuit import BreakerPolicy, BreakerState, PoolBreakerStatus
+from bridge.domain.nodes import SlurmNode
 from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
 from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
 
@@ -90,11 +91,27 @@ def status_to_pb(s: NodeStatus) -> pb.NodeStatus:
     )
     if s.since is not None:
         msg.since.FromDatetime(s.since)
+    if s.slurm_node is not None:
+        msg.base_state = s.slurm_node.state
+        msg.state_flags.extend(sorted(s.slurm_node.flags))
+        if s.slurm_node.reason_since is not None:
+            msg.reason_since.FromDatetime(s.slurm_node.reason_since)
     return msg
 
 
 def status_from_pb(n: pb.NodeStatus) -> NodeStatus:
     """Domain status of one proto status row."""
+    slurm_node = None
+    if n.base_state:
+        slurm_node = SlurmNode(
+            n.node,
+            n.base_state,
+            frozenset(n.state_flags),
+            n.reason,
+            reason_since=n.reason_since.ToDatetime(tzinfo=UTC)
+            if n.HasField("reason_since")
+            else None,
+        )
     return NodeStatus(
         node=n.node,
         pool=n.pool,
@@ -105,6 +122,7 @@ def status_from_pb(n: pb.NodeStatus) -> NodeStatus:
         since=n.since.ToDatetime(tzinfo=UTC) if n.HasField("since") else None,
         template_hash=n.template_hash,
         pool_template_hash=n.pool_template_hash,
+        slurm_node=slurm_node,
     )
 
 

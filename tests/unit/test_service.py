@@ -420,12 +420,9 @@ def test_node_event_reconciles_at_once() -> None:
 
 
 def test_list_nodes_puts_both_views_side_by_side() -> None:
-    w = World(
-        cloud("cpu-0", "ALLOCATED"),
-        cloud("cpu-1", "IDLE", "POWERED_DOWN"),
-        cloud("cpu-2", "DOWN", "POWERING_UP", reason="k8s: NoCapacity: full"),
-        cloud("other-0", "IDLE"),
-    )
+    cpu_0, cpu_1 = cloud("cpu-0", "ALLOCATED"), cloud("cpu-1", "IDLE", "POWERED_DOWN")
+    cpu_2 = cloud("cpu-2", "DOWN", "POWERING_UP", reason="k8s: NoCapacity: full")
+    w = World(cpu_0, cpu_1, cpu_2, cloud("other-0", "IDLE"))
     started = NOW - timedelta(minutes=3)
     w.pods.add("cpu-0", created_at=started, ip="10.1.0.5")
     w.pods.add("cpu-3", phase="Running", deleting=True, created_at=started)
@@ -433,11 +430,29 @@ def test_list_nodes_puts_both_views_side_by_side() -> None:
     cpu, gpu = (w.service.template_hashes[pool] for pool in ("cpu", "gpu"))
     assert w.service.list_nodes("") == [
         NodeStatus(
-            "cpu-0", "cpu", "alloc", "Running", "10.1.0.5", "", started, pool_template_hash=cpu
+            "cpu-0",
+            "cpu",
+            "alloc",
+            "Running",
+            "10.1.0.5",
+            "",
+            started,
+            pool_template_hash=cpu,
+            slurm_node=cpu_0,
         ),
-        NodeStatus("cpu-1", "cpu", "idle~", "", "", "", None, pool_template_hash=cpu),
         NodeStatus(
-            "cpu-2", "cpu", "down#", "", "", "k8s: NoCapacity: full", None, pool_template_hash=cpu
+            "cpu-1", "cpu", "idle~", "", "", "", None, pool_template_hash=cpu, slurm_node=cpu_1
+        ),
+        NodeStatus(
+            "cpu-2",
+            "cpu",
+            "down#",
+            "",
+            "",
+            "k8s: NoCapacity: full",
+            None,
+            pool_template_hash=cpu,
+            slurm_node=cpu_2,
         ),
         NodeStatus(
             "cpu-3", "cpu", "", "Terminating", "10.0.0.1", "", started, pool_template_hash=cpu

@@ -3,10 +3,12 @@ table of Slurm state x pod phase x clocks."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from bridge.domain.nodes import SlurmNode
 from bridge.domain.results import NodeStatus
 from bridge.domain.stuck import Sighting, Stuck, find_stuck, track
 
@@ -184,3 +186,17 @@ def test_track_keeps_the_clock_while_a_node_looks_the_same() -> None:
     a_pod = NodeStatus("a", "p", "alloc#", "Pending", "", "", t1)
     seen = track(seen, [a_pod], t2)
     assert seen == {"a": Sighting("alloc#", "Pending", t2)}  # changed: restarted; b forgotten
+
+
+def test_a_rollout_drain_of_a_powering_up_node_is_judged_from_the_whole_node() -> None:
+    """``drng#`` hides the queued power down; the whole node (what the bridge now sends) shows
+    the drain is the bridge's planned rollout, not a failure to look at."""
+    reason = "k8s: Rollout: template changed"
+    node = SlurmNode(
+        "cpu-0", "ALLOCATED", frozenset({"CLOUD", "DRAIN", "POWER_DOWN", "POWERING_UP"}), reason
+    )
+    compact = NodeStatus("cpu-0", "cpu", node.display_state, "Running", "", reason, NOW)
+    whole = dataclasses.replace(compact, slurm_node=node)
+    assert compact.slurm_state == "drng#"
+    assert find_stuck([compact], NOW, AFTER) == [Stuck("cpu-0", "cpu", reason)]
+    assert find_stuck([whole], NOW, AFTER) == []

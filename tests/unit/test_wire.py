@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from bridge.domain.nodes import SlurmNode
 from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
 from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
 from bridge.rpc.wire import (
@@ -83,3 +84,34 @@ def test_status_round_trips(since: datetime | None) -> None:
     msg = status_to_pb(status)
     assert msg.HasField("since") == (since is not None)
     assert status_from_pb(msg) == status
+
+
+@pytest.mark.parametrize(
+    "reason_since",
+    [datetime(2026, 12, 2, 9, 0, 0, tzinfo=UTC), None],
+    ids=["with-reason-since", "without-reason-since"],
+)
+def test_status_carries_slurms_node_whole(reason_since: datetime | None) -> None:
+    node = SlurmNode(
+        "c1",
+        "ALLOCATED",
+        frozenset({"CLOUD", "DRAIN", "POWER_DOWN", "POWERING_UP"}),
+        "k8s: Rollout: template changed",
+        reason_since=reason_since,
+    )
+    status = NodeStatus(
+        "c1", "cpu", node.display_state, "Running", "", node.reason, None, slurm_node=node
+    )
+    back = status_from_pb(status_to_pb(status))
+    assert back.slurm_node == node
+    # The compact form alone loses the queued power down (``drng#``): the whole node keeps it.
+    assert back.slurm_view.power_down_queued
+    assert not SlurmNode.from_display_state("c1", node.display_state).power_down_queued
+
+
+def test_a_status_from_an_older_bridge_is_read_from_its_compact_state() -> None:
+    msg = status_to_pb(NodeStatus("c1", "cpu", "idle~", "", "", "", None))
+    assert not msg.base_state
+    back = status_from_pb(msg)
+    assert back.slurm_node is None
+    assert back.slurm_view.is_powered_down

@@ -930,8 +930,17 @@ type NodeStatus struct {
 	// `template_hash` differs is on an older template: the bridge replaces it through Slurm
 	// (drained, powered down once its jobs end, resumed on the new template).
 	PoolTemplateHash string `protobuf:"bytes,9,opt,name=pool_template_hash,json=poolTemplateHash,proto3" json:"pool_template_hash,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Slurm's base state in its long form (IDLE, ALLOCATED, MIXED, DOWN, ...); empty when Slurm
+	// does not know the node. With `state_flags` it is what `slurm_state` abbreviates, whole:
+	// a client judges the node from these, never by parsing `slurm_state` back.
+	BaseState string `protobuf:"bytes,10,opt,name=base_state,json=baseState,proto3" json:"base_state,omitempty"`
+	// Slurm's state flags (CLOUD, POWERED_DOWN, POWERING_UP, DRAIN, NOT_RESPONDING, ...), sorted.
+	StateFlags []string `protobuf:"bytes,11,rep,name=state_flags,json=stateFlags,proto3" json:"state_flags,omitempty"`
+	// When Slurm set the node's current `reason`; unset without a reason or when Slurm does not
+	// say (22.05 without `reason_changed_at`).
+	ReasonSince   *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=reason_since,json=reasonSince,proto3" json:"reason_since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeStatus) Reset() {
@@ -1025,6 +1034,27 @@ func (x *NodeStatus) GetPoolTemplateHash() string {
 		return x.PoolTemplateHash
 	}
 	return ""
+}
+
+func (x *NodeStatus) GetBaseState() string {
+	if x != nil {
+		return x.BaseState
+	}
+	return ""
+}
+
+func (x *NodeStatus) GetStateFlags() []string {
+	if x != nil {
+		return x.StateFlags
+	}
+	return nil
+}
+
+func (x *NodeStatus) GetReasonSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReasonSince
+	}
+	return nil
 }
 
 type ListNodesResponse struct {
@@ -1429,7 +1459,7 @@ const file_slurm_k8s_bridge_v1_bridge_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\".\n" +
 	"\x10ListNodesRequest\x12\x1a\n" +
-	"\bhostlist\x18\x01 \x01(\tR\bhostlist\"\xa6\x02\n" +
+	"\bhostlist\x18\x01 \x01(\tR\bhostlist\"\xa5\x03\n" +
 	"\n" +
 	"NodeStatus\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
@@ -1441,7 +1471,13 @@ const file_slurm_k8s_bridge_v1_bridge_proto_rawDesc = "" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x120\n" +
 	"\x05since\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12#\n" +
 	"\rtemplate_hash\x18\b \x01(\tR\ftemplateHash\x12,\n" +
-	"\x12pool_template_hash\x18\t \x01(\tR\x10poolTemplateHash\"J\n" +
+	"\x12pool_template_hash\x18\t \x01(\tR\x10poolTemplateHash\x12\x1d\n" +
+	"\n" +
+	"base_state\x18\n" +
+	" \x01(\tR\tbaseState\x12\x1f\n" +
+	"\vstate_flags\x18\v \x03(\tR\n" +
+	"stateFlags\x12=\n" +
+	"\freason_since\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\vreasonSince\"J\n" +
 	"\x11ListNodesResponse\x125\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x1f.slurm_k8s_bridge.v1.NodeStatusR\x05nodes\"\xb3\x02\n" +
 	"\vPoolBreaker\x12\x12\n" +
@@ -1552,30 +1588,31 @@ var file_slurm_k8s_bridge_v1_bridge_proto_depIdxs = []int32{
 	2,  // 5: slurm_k8s_bridge.v1.NodeEventRequest.kind:type_name -> slurm_k8s_bridge.v1.NodeEventKind
 	4,  // 6: slurm_k8s_bridge.v1.NodeEventResponse.results:type_name -> slurm_k8s_bridge.v1.NodeResult
 	21, // 7: slurm_k8s_bridge.v1.NodeStatus.since:type_name -> google.protobuf.Timestamp
-	14, // 8: slurm_k8s_bridge.v1.ListNodesResponse.nodes:type_name -> slurm_k8s_bridge.v1.NodeStatus
-	3,  // 9: slurm_k8s_bridge.v1.PoolBreaker.state:type_name -> slurm_k8s_bridge.v1.BreakerState
-	21, // 10: slurm_k8s_bridge.v1.PoolBreaker.paused_until:type_name -> google.protobuf.Timestamp
-	16, // 11: slurm_k8s_bridge.v1.ListPoolsResponse.pools:type_name -> slurm_k8s_bridge.v1.PoolBreaker
-	16, // 12: slurm_k8s_bridge.v1.ResumePoolResponse.pool:type_name -> slurm_k8s_bridge.v1.PoolBreaker
-	5,  // 13: slurm_k8s_bridge.v1.Bridge.ResumeNodes:input_type -> slurm_k8s_bridge.v1.ResumeNodesRequest
-	7,  // 14: slurm_k8s_bridge.v1.Bridge.SuspendNodes:input_type -> slurm_k8s_bridge.v1.SuspendNodesRequest
-	9,  // 15: slurm_k8s_bridge.v1.Bridge.ResumeFailed:input_type -> slurm_k8s_bridge.v1.ResumeFailedRequest
-	11, // 16: slurm_k8s_bridge.v1.Bridge.NodeEvent:input_type -> slurm_k8s_bridge.v1.NodeEventRequest
-	13, // 17: slurm_k8s_bridge.v1.Bridge.ListNodes:input_type -> slurm_k8s_bridge.v1.ListNodesRequest
-	17, // 18: slurm_k8s_bridge.v1.Bridge.ListPools:input_type -> slurm_k8s_bridge.v1.ListPoolsRequest
-	19, // 19: slurm_k8s_bridge.v1.Bridge.ResumePool:input_type -> slurm_k8s_bridge.v1.ResumePoolRequest
-	6,  // 20: slurm_k8s_bridge.v1.Bridge.ResumeNodes:output_type -> slurm_k8s_bridge.v1.ResumeNodesResponse
-	8,  // 21: slurm_k8s_bridge.v1.Bridge.SuspendNodes:output_type -> slurm_k8s_bridge.v1.SuspendNodesResponse
-	10, // 22: slurm_k8s_bridge.v1.Bridge.ResumeFailed:output_type -> slurm_k8s_bridge.v1.ResumeFailedResponse
-	12, // 23: slurm_k8s_bridge.v1.Bridge.NodeEvent:output_type -> slurm_k8s_bridge.v1.NodeEventResponse
-	15, // 24: slurm_k8s_bridge.v1.Bridge.ListNodes:output_type -> slurm_k8s_bridge.v1.ListNodesResponse
-	18, // 25: slurm_k8s_bridge.v1.Bridge.ListPools:output_type -> slurm_k8s_bridge.v1.ListPoolsResponse
-	20, // 26: slurm_k8s_bridge.v1.Bridge.ResumePool:output_type -> slurm_k8s_bridge.v1.ResumePoolResponse
-	20, // [20:27] is the sub-list for method output_type
-	13, // [13:20] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	21, // 8: slurm_k8s_bridge.v1.NodeStatus.reason_since:type_name -> google.protobuf.Timestamp
+	14, // 9: slurm_k8s_bridge.v1.ListNodesResponse.nodes:type_name -> slurm_k8s_bridge.v1.NodeStatus
+	3,  // 10: slurm_k8s_bridge.v1.PoolBreaker.state:type_name -> slurm_k8s_bridge.v1.BreakerState
+	21, // 11: slurm_k8s_bridge.v1.PoolBreaker.paused_until:type_name -> google.protobuf.Timestamp
+	16, // 12: slurm_k8s_bridge.v1.ListPoolsResponse.pools:type_name -> slurm_k8s_bridge.v1.PoolBreaker
+	16, // 13: slurm_k8s_bridge.v1.ResumePoolResponse.pool:type_name -> slurm_k8s_bridge.v1.PoolBreaker
+	5,  // 14: slurm_k8s_bridge.v1.Bridge.ResumeNodes:input_type -> slurm_k8s_bridge.v1.ResumeNodesRequest
+	7,  // 15: slurm_k8s_bridge.v1.Bridge.SuspendNodes:input_type -> slurm_k8s_bridge.v1.SuspendNodesRequest
+	9,  // 16: slurm_k8s_bridge.v1.Bridge.ResumeFailed:input_type -> slurm_k8s_bridge.v1.ResumeFailedRequest
+	11, // 17: slurm_k8s_bridge.v1.Bridge.NodeEvent:input_type -> slurm_k8s_bridge.v1.NodeEventRequest
+	13, // 18: slurm_k8s_bridge.v1.Bridge.ListNodes:input_type -> slurm_k8s_bridge.v1.ListNodesRequest
+	17, // 19: slurm_k8s_bridge.v1.Bridge.ListPools:input_type -> slurm_k8s_bridge.v1.ListPoolsRequest
+	19, // 20: slurm_k8s_bridge.v1.Bridge.ResumePool:input_type -> slurm_k8s_bridge.v1.ResumePoolRequest
+	6,  // 21: slurm_k8s_bridge.v1.Bridge.ResumeNodes:output_type -> slurm_k8s_bridge.v1.ResumeNodesResponse
+	8,  // 22: slurm_k8s_bridge.v1.Bridge.SuspendNodes:output_type -> slurm_k8s_bridge.v1.SuspendNodesResponse
+	10, // 23: slurm_k8s_bridge.v1.Bridge.ResumeFailed:output_type -> slurm_k8s_bridge.v1.ResumeFailedResponse
+	12, // 24: slurm_k8s_bridge.v1.Bridge.NodeEvent:output_type -> slurm_k8s_bridge.v1.NodeEventResponse
+	15, // 25: slurm_k8s_bridge.v1.Bridge.ListNodes:output_type -> slurm_k8s_bridge.v1.ListNodesResponse
+	18, // 26: slurm_k8s_bridge.v1.Bridge.ListPools:output_type -> slurm_k8s_bridge.v1.ListPoolsResponse
+	20, // 27: slurm_k8s_bridge.v1.Bridge.ResumePool:output_type -> slurm_k8s_bridge.v1.ResumePoolResponse
+	21, // [21:28] is the sub-list for method output_type
+	14, // [14:21] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_slurm_k8s_bridge_v1_bridge_proto_init() }

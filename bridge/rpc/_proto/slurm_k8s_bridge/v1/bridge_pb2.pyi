@@ -157,7 +157,7 @@ class ListNodesRequest(_message.Message):
     def __init__(self, hostlist: _Optional[str] = ...) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("node", "pool", "slurm_state", "pod_phase", "pod_ip", "reason", "since", "template_hash", "pool_template_hash")
+    __slots__ = ("node", "pool", "slurm_state", "pod_phase", "pod_ip", "reason", "since", "template_hash", "pool_template_hash", "base_state", "state_flags", "reason_since")
     NODE_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
     SLURM_STATE_FIELD_NUMBER: _ClassVar[int]
@@ -167,6 +167,9 @@ class NodeStatus(_message.Message):
     SINCE_FIELD_NUMBER: _ClassVar[int]
     TEMPLATE_HASH_FIELD_NUMBER: _ClassVar[int]
     POOL_TEMPLATE_HASH_FIELD_NUMBER: _ClassVar[int]
+    BASE_STATE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FLAGS_FIELD_NUMBER: _ClassVar[int]
+    REASON_SINCE_FIELD_NUMBER: _ClassVar[int]
     node: str
     pool: str
     slurm_state: str
@@ -176,7 +179,10 @@ class NodeStatus(_message.Message):
     since: _timestamp_pb2.Timestamp
     template_hash: str
     pool_template_hash: str
-    def __init__(self, node: _Optional[str] = ..., pool: _Optional[str] = ..., slurm_state: _Optional[str] = ..., pod_phase: _Optional[str] = ..., pod_ip: _Optional[str] = ..., reason: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., template_hash: _Optional[str] = ..., pool_template_hash: _Optional[str] = ...) -> None: ...
+    base_state: str
+    state_flags: _containers.RepeatedScalarFieldContainer[str]
+    reason_since: _timestamp_pb2.Timestamp
+    def __init__(self, node: _Optional[str] = ..., pool: _Optional[str] = ..., slurm_state: _Optional[str] = ..., pod_phase: _Optional[str] = ..., pod_ip: _Optional[str] = ..., reason: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., template_hash: _Optional[str] = ..., pool_template_hash: _Optional[str] = ..., base_state: _Optional[str] = ..., state_flags: _Optional[_Iterable[str]] = ..., reason_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ListNodesResponse(_message.Message):
     __slots__ = ("nodes",)
