@@ -25,11 +25,11 @@ from bridge.config.field_rules import FieldProblem
 from bridge.config.yaml_lines import show
 from bridge.domain.circuit import BreakerPolicy
 from bridge.domain.pod_rendering import (
-    SLURMD_CONTAINER,
     auth_template_problems,
     template_image,
     template_problems,
 )
+from bridge.domain.pods import SLURMD_CONTAINER
 from bridge.domain.pools import NodePool, PoolError, PoolSet, dns_label_problem
 from bridge.settings import BridgeConfig, BridgeSettings, KubernetesSettings, SlurmSettings
 

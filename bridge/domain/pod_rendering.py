@@ -37,10 +37,10 @@ from bridge.domain.pods import (
     LABEL_POOL,
     LABEL_TEMPLATE_HASH,
     MANAGED_BY,
+    SLURMD_CONTAINER,
 )
 from bridge.domain.pools import NodePool
 
-SLURMD_CONTAINER = "slurmd"
 ENTRYPOINT = "/usr/local/bin/slurmd-entrypoint"
 MUNGE_VOLUME = "munge-key"
 MUNGE_MOUNT_DIR = "/etc/munge-secret"

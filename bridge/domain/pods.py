@@ -25,6 +25,8 @@ LABEL_SLURM_STATE = "slurm-k8s-bridge.io/slurm-state"
 LABEL_TEMPLATE_HASH = "slurm-k8s-bridge.io/template-hash"
 #: The pod condition (and readiness gate) that is True once the node's slurmd registered.
 CONDITION_REGISTERED = "slurm-k8s-bridge.io/registered"
+#: The container the bridge renders into every pod; only its end ends the node (sidecars may end).
+SLURMD_CONTAINER = "slurmd"
 
 # Waiting reasons that will not fix themselves in time for a job: fail fast on them.
 FATAL_WAITING_REASONS = frozenset(
@@ -127,7 +129,10 @@ def pod_failure(status: Mapping[str, Any]) -> PodFailure | None:
         if waiting.get("reason") in FATAL_WAITING_REASONS:
             return PodFailure(waiting["reason"], waiting.get("message") or waiting["reason"])
         terminated = (container.get("state") or {}).get("terminated")
-        if terminated and phase == "Running":
+        # A sidecar that ends (a log shipper done, a one-shot helper) leaves slurmd and its
+        # jobs running, and Kubernetes keeps the pod Running: so does the bridge. Only slurmd's
+        # own end fails the node.
+        if terminated and phase == "Running" and container.get("name") == SLURMD_CONTAINER:
             return PodFailure(
                 terminated.get("reason") or "Terminated",
                 f"slurmd exited with code {terminated.get('exitCode')}",

@@ -250,9 +250,10 @@ def _plan_wanted(node: SlurmNode, pod: PodView | None, pool: NodePool) -> list[A
             return [CreatePod(node.name, pool.name, "Slurm node is powering up and has no pod")]
         return []
     if pod is None:
-        if node.power_down_queued:
+        if node.power_down_imminent:
             # E.g. right after our own power_down_force: Slurm is about to power it down, and
             # no job needs a slurmd there; calling it PodMissing would overwrite the real reason.
+            # A busy node's power down waits for its job, which lost its slurmd with the pod.
             return []
         return _fail(
             node, None, "PodMissing", f"no pod for node {node.name}; Slurm thinks it is up"

@@ -148,8 +148,8 @@ def _why(row: NodeStatus, now: datetime, after: timedelta, seen: datetime | None
     if not phase:
         if node.is_powering_up:
             return lasted(seen, "Slurm powering up, no pod")
-        if node.power_down_queued:
-            return None  # about to power down: no slurmd needed
+        if node.power_down_imminent:
+            return None  # idle, about to power down: no slurmd needed
         return lasted(seen, "Slurm thinks it is up, no pod")
     if phase == "Pending":
         return lasted(pod_age, "pod Pending")

@@ -196,8 +196,30 @@ UNSCHEDULABLE = {
                     {**terminated("OOMKilled", 137), "name": "sidecar"},
                 ],
             },
+            None,  # slurmd and its jobs run on; Kubernetes keeps the pod Running too
+            id="sidecar-killed-slurmd-runs",
+        ),
+        pytest.param(
+            {
+                "phase": "Running",
+                "containerStatuses": [
+                    {"name": "slurmd", "state": {"running": {}}},
+                    {**terminated("Completed", 0), "name": "log-shipper"},
+                ],
+            },
+            None,
+            id="sidecar-done-slurmd-runs",
+        ),
+        pytest.param(
+            {
+                "phase": "Running",
+                "containerStatuses": [
+                    {"name": "log-shipper", "state": {"running": {}}},
+                    terminated("OOMKilled", 137),
+                ],
+            },
             PodFailure("OOMKilled", "slurmd exited with code 137"),
-            id="container-terminated-while-running",
+            id="slurmd-killed-sidecar-runs",
         ),
         pytest.param(
             {"phase": "Running", "containerStatuses": [waiting("CrashLoopBackOff")]},

@@ -427,6 +427,21 @@ CASES = [
         [],
     ),
     Case(
+        # A job runs there (a rollout or a cordon queued the power down for after it): the
+        # vanished pod took slurmd and the job with it; requeue now, not at SlurmdTimeout.
+        "busy+power-down-queued+no-pod:pod-missing",
+        [node("cpu-0", "ALLOCATED", "DRAIN", "POWER_DOWN", reason=CORDONED_KN_1)],
+        [],
+        [
+            MarkDown(
+                "cpu-0",
+                Reason("PodMissing", "no pod for node cpu-0; Slurm thinks it is up"),
+                unless_pod_exists=True,
+            )
+        ],
+        then=held("cpu-0", "k8s: PodMissing: no pod for node cpu-0; Slurm thinks it is up"),
+    ),
+    Case(
         "up+no-pod:pod-missing",
         [node("cpu-0", "IDLE")],
         [],

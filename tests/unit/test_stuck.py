@@ -84,7 +84,14 @@ CASES = [
     # Slurm thinks slurmd runs, but there is no pod.
     ("up-no-pod", row("idle"), 400, "Slurm thinks it is up, no pod for 400s (> 300s)"),
     ("up-no-pod-young", row("alloc"), 10, None),
-    ("power-down-queued-no-pod", row("alloc!"), 400, None),
+    ("power-down-queued-idle-no-pod", row("idle!"), 400, None),
+    # Busy: the power down waits for a job that lost its slurmd with the pod.
+    (
+        "power-down-queued-busy-no-pod",
+        row("alloc!"),
+        400,
+        "Slurm thinks it is up, no pod for 400s (> 300s)",
+    ),
     # Failures the bridge (or Slurm's ResumeTimeout) declared: at once.
     (
         "down-ours-powering-up",
