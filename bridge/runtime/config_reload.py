@@ -17,6 +17,7 @@ from bridge.config import load_config
 from bridge.config.changes import config_change
 from bridge.errors import ConfigError
 from bridge.service.use_cases import BridgeService
+from bridge.settings import BridgeConfig
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +45,12 @@ class ConfigReloader:
         *,
         environ: Mapping[str, str] | None = None,
         identity: Callable[[str], FileIdentity] = file_identity,
+        on_pools_changed: Callable[[BridgeConfig], None] | None = None,
     ) -> None:
         self.service = service
+        #: Called with the new configuration once its pools are in place (the pools'
+        #: PodDisruptionBudgets follow a pool grown, added or given a budget by the reload).
+        self.on_pools_changed = on_pools_changed
         self.path = path
         self.environ = environ
         self._identity = identity
@@ -89,4 +94,6 @@ class ConfigReloader:
             "template hashes now: %s",
             ", ".join(f"{pool}={digest}" for pool, digest in hashes.items()),
         )
+        if self.on_pools_changed is not None:
+            self.on_pools_changed(self.service.config)
         return True

@@ -131,7 +131,15 @@ def start(config: BridgeConfig) -> Bridge:
     # Reconcile and status read the watch's cache; the watcher below fills it.
     cache = PodCache()
     service = BridgeService(config, slurm, pods, pod_views=cache, metrics=metrics, cordons=pods)
-    reloader = ConfigReloader(service, config.source) if config.source else None
+    reloader = (
+        ConfigReloader(
+            service,
+            config.source,
+            on_pools_changed=lambda new: ensure_disruption_budgets(new, pods),
+        )
+        if config.source
+        else None
+    )
     reconciler = Reconciler(
         service,
         config.bridge.reconcile_interval_s,

@@ -18,6 +18,7 @@ from bridge.domain.reconcile import Action, PowerDownAsap
 from bridge.errors import BridgeError
 from bridge.runtime.config_reload import ConfigReloader, FileIdentity
 from bridge.runtime.reconciler import Reconciler
+from bridge.settings import BridgeConfig
 from tests.unit.fakes import MINIMAL_CONFIG, Update
 from tests.unit.harness import Harness
 
@@ -86,8 +87,14 @@ class Setup:
         self.slurm, self.pods, self.service = harness.slurm, harness.pods, harness.service
         #: The file's identity as the reloader sees it; tests bump it to say "the file changed".
         self.version = 1
+        #: The configurations the reloader handed on after a pool change (budgets follow).
+        self.handed_on: list[BridgeConfig] = []
         self.reloader = ConfigReloader(
-            self.service, str(self.path), environ={}, identity=self._identity
+            self.service,
+            str(self.path),
+            environ={},
+            identity=self._identity,
+            on_pools_changed=self.handed_on.append,
         )
 
     def _identity(self, _path: str) -> FileIdentity:
@@ -96,6 +103,26 @@ class Setup:
     def change_file(self, text: str) -> None:
         self.path.write_text(text)
         self.version += 1
+
+
+@pytest.mark.parametrize(
+    ("new_text", "handed_on"),
+    [
+        pytest.param(MINIMAL_CONFIG.replace("cpu-[0-3]", "cpu-[0-7]"), True, id="pool grown"),
+        pytest.param(MINIMAL_CONFIG + "    disruption_budget: true\n", True, id="budget asked for"),
+        pytest.param(MINIMAL_CONFIG, False, id="no pool changed"),
+        pytest.param("pools: [", False, id="invalid file"),
+    ],
+)
+def test_a_pool_change_is_handed_on_so_budgets_follow_it(
+    tmp_path: Path, new_text: str, handed_on: bool
+) -> None:
+    setup = Setup(tmp_path)
+    setup.change_file(new_text)
+    setup.reloader.reload_if_due()
+    assert setup.handed_on == ([setup.service.config] if handed_on else [])
+    if handed_on:
+        assert setup.handed_on[0].pools == setup.service.config.pools
 
 
 def test_an_unchanged_file_is_not_read(tmp_path: Path) -> None:
