@@ -2,7 +2,10 @@
 
 ``python -m bridge.hooks resume|suspend|resume_fail <hostlist>`` or
 ``python -m bridge.hooks node_event down|drain|fail|up|idle <hostlist>``; the ``slurm_plugins/``
-executables find the interpreter and settings and exec this.
+executables find the interpreter and settings and exec this, unless the static Go client
+(slurm_plugins/hookclient, ``bin/skb-hook``) is built: it is the primary client, this one is the
+fallback (and the ``pip install`` entry points). Both follow one contract, written as a table in
+tests/unit/test_hook_client.py that runs both; slurm_plugins/README.md says it in words.
 
 A hook only forwards the call to the bridge and exits: Slurm kills slow programs, a slow hook
 stalls ``scontrol reconfigure``, and processes a hook spawns inherit slurmctld's blocked signals.
@@ -37,11 +40,13 @@ from bridge.settings import DEFAULT_TARGET as DEFAULT_SOCKET
 DEFAULT_SLURM_BIN = "/usr/bin"
 DEFAULT_HOOK_LOG = "/var/log/slurm/slurm-k8s-bridge-hooks.log"
 DEFAULT_TIMEOUT_S = 2.0
-SCONTROL_TIMEOUT_S = 10.0
+#: SKB_TIMEOUT_S above this (or not a plain positive decimal) is a typo: the default applies.
+MAX_TIMEOUT_S = 3600.0
+SCONTROL_TIMEOUT_S = 10
 
-#: The biggest resume file sent on (the bridge's own limit, bridge.domain.resume_file.MAX_SIZE;
-#: a test keeps the two equal). A bigger one is not sent: the hostlist alone is enough to resume
-#: the nodes, and a too-big call would fail the whole batch.
+#: The biggest resume file sent on, in bytes (the bridge's own limit is as many characters,
+#: bridge.domain.resume_file.MAX_SIZE; a test keeps the two equal). A bigger one is not sent: the
+#: hostlist alone is enough to resume the nodes, and a too-big call would fail the whole batch.
 RESUME_FILE_MAX = 16 * 1024 * 1024
 
 HOOK_KINDS = ("resume", "suspend", "resume_fail", "node_event")
@@ -63,19 +68,27 @@ class HookSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> HookSettings:
-        """Settings from ``SKB_*`` variables; unset or empty ones take the defaults."""
+        """Settings from ``SKB_*`` variables; unset or empty ones take the defaults, except
+        ``SKB_HOOK_LOG``, which may be set empty (stderr only)."""
         cert, key, ca = (env.get(k, "") for k in ("SKB_TLS_CERT", "SKB_TLS_KEY", "SKB_TLS_CA"))
-        try:
-            timeout_s = float(env.get("SKB_TIMEOUT_S") or DEFAULT_TIMEOUT_S)
-        except ValueError:
-            timeout_s = DEFAULT_TIMEOUT_S  # a typo must not stop nodes from being resumed
         return cls(
             target=env.get("SKB_SOCKET") or DEFAULT_SOCKET,
             slurm_bin=env.get("SKB_SLURM_BIN") or DEFAULT_SLURM_BIN,
             log_path=env.get("SKB_HOOK_LOG", DEFAULT_HOOK_LOG),
-            timeout_s=timeout_s,
+            timeout_s=parse_seconds(env.get("SKB_TIMEOUT_S", "")) or DEFAULT_TIMEOUT_S,
             tls=(cert, key, ca) if cert and key and ca else None,
         )
+
+
+def parse_seconds(text: str) -> float | None:
+    """``SKB_TIMEOUT_S``: ASCII digits with at most one ``.``, blanks (space, tab) around; more
+    than 0 and at most :data:`MAX_TIMEOUT_S`. Anything else is None: a typo must not stop nodes
+    from being resumed, so the default applies."""
+    t = text.strip(" \t")
+    if not (t.isascii() and t.count(".") <= 1 and t.replace(".", "", 1).isdigit()):
+        return None
+    seconds = float(t)
+    return seconds if 0 < seconds <= MAX_TIMEOUT_S else None
 
 
 @dataclass(frozen=True)
@@ -105,29 +118,95 @@ def parse_argv(argv: list[str]) -> HookCall:
     if kind == "node_event":
         if len(rest) != 2 or rest[0] not in EVENT_KINDS or not rest[1]:
             raise UsageError(f"usage: node_event <{'|'.join(EVENT_KINDS)}> <hostlist>")
-        return HookCall(kind=kind, event=rest[0], hostlist=rest[1])
-    if len(rest) != 1 or not rest[0]:
+        call = HookCall(kind=kind, event=rest[0], hostlist=rest[1])
+    elif len(rest) != 1 or not rest[0]:
         raise UsageError(f"usage: {kind} <hostlist> (exactly one hostlist, as Slurm passes it)")
-    return HookCall(kind=kind, hostlist=rest[0])
+    else:
+        call = HookCall(kind=kind, hostlist=rest[0])
+    if not _is_utf8(call.hostlist):  # an undecodable argv byte: no Slurm hostlist has one
+        raise UsageError("hostlist is not UTF-8")
+    return call
+
+
+def _is_utf8(s: str) -> bool:
+    """False when ``s`` holds a lone surrogate: Python's stand-in for an undecodable byte."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def read_resume_file(env: Mapping[str, str]) -> tuple[str, str]:
-    """Contents of ``$SLURM_RESUME_FILE`` and a note when it could not be read.
+    """Contents of ``$SLURM_RESUME_FILE`` and a note when it was not sent.
 
-    Unset or unreadable is not fatal: the bridge can still resume the hostlist without the
-    per-job context.
+    Unset, unreadable or too big is not fatal: the bridge can still resume the hostlist without
+    the per-job context. The bytes are sent as they are, except that each byte that is not part
+    of a valid UTF-8 sequence becomes U+FFFD (the gRPC field is a UTF-8 string).
     """
     path = env.get("SLURM_RESUME_FILE")
     if not path:
         return "", "no SLURM_RESUME_FILE"
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            contents = f.read(RESUME_FILE_MAX + 1)
+        with open(path, "rb") as f:
+            raw = f.read(RESUME_FILE_MAX + 1)
     except OSError as e:
         return "", f"cannot read SLURM_RESUME_FILE: {e.strerror}"
-    if len(contents) > RESUME_FILE_MAX:
-        return "", f"SLURM_RESUME_FILE over {RESUME_FILE_MAX} characters: not sent"
-    return contents, ""
+    if len(raw) > RESUME_FILE_MAX:
+        return "", f"SLURM_RESUME_FILE over {RESUME_FILE_MAX} bytes: not sent"
+    # surrogateescape keeps one stand-in per undecodable byte ("replace" would merge a cut-off
+    # sequence into one U+FFFD), so the rule is per byte, as a UTF-8 decoder reading bytes sees it.
+    text = raw.decode("utf-8", "surrogateescape")
+    if not _is_utf8(text):
+        text = "".join("\ufffd" if "\udc80" <= c <= "\udcff" else c for c in text)
+    return text, ""
+
+
+# --- the log line -----------------------------------------------------------------------------
+
+#: Characters a log value may hold and still be written bare; any other value (or an empty one)
+#: is written as a JSON string. See :func:`log_value`.
+BARE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.,:/=@+[]~")
+#: JSON's short escapes; every other escaped character is written \uXXXX (see _escapes).
+_SHORT_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+}
+_ESCAPES: dict[int, str] = {}
+
+
+def _escapes() -> dict[int, str]:
+    """What :func:`log_value` escapes inside a JSON string (a str.translate table, made once)."""
+    if not _ESCAPES:
+        _ESCAPES.update({c: f"\\u{c:04x}" for c in range(0x20)})  # C0 controls
+        _ESCAPES.update({c: f"\\u{c:04x}" for c in range(0x7F, 0xA0)})  # DEL, C1 (U+0085 too)
+        _ESCAPES.update({0x2028: "\\u2028", 0x2029: "\\u2029"})  # line, paragraph separators
+        _ESCAPES.update({c: f"\\u{c:04x}" for c in range(0xD800, 0xE000)})  # undecodable bytes
+        _ESCAPES.update({ord(k): v for k, v in _SHORT_ESCAPES.items()})
+    return _ESCAPES
+
+
+def log_value(value: str) -> str:
+    """A log line's value: bare when non-empty and every character is in :data:`BARE`, else a
+    JSON string (RFC 8259) in which ``"`` ``\\`` ``\\b \\f \\n \\r \\t`` are escaped so, and
+    U+0000-U+001F, U+007F-U+009F, U+2028 and U+2029 as ``\\u00xx`` / ``\\u2028``: no character
+    of the line splits it, for any reader's notion of a line. Every other character is itself,
+    in UTF-8. An undecodable byte 0xXX of argv or the environment (the lone surrogate U+DCXX
+    surrogateescape decodes it to) is written ``\\udcxx``, so json.loads and os.fsencode give
+    the bytes back. The Go client (logline.go) writes the same bytes."""
+    if value and BARE.issuperset(value):
+        return value
+    return '"' + value.translate(_escapes()) + '"'
+
+
+def log_list(values: list[str]) -> str:
+    """A list (argv) in a log line: ``[`` JSON strings joined by ``,`` ``]``, no spaces."""
+    return "[" + ",".join('"' + v.translate(_escapes()) + '"' for v in values) + "]"
 
 
 def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -139,16 +218,16 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
     try:
         call = parse_argv(argv)
     except UsageError as e:
-        _log(settings, f"usage error: {e}; argv={argv!r}")
+        _log(settings, f"argv={log_list(argv)} result=UsageError error={log_value(str(e))}")
         return EXIT_USAGE
     note = ""
     if call.kind == "resume":  # first thing: the fd behind the file lives only briefly
         contents, note = read_resume_file(env)
         call = HookCall(kind=call.kind, hostlist=call.hostlist, resume_file=contents)
     request_id = f"{call.kind}-{os.getpid()}-{os.urandom(3).hex()}"
-    head = f"{call.name} request_id={request_id} hostlist={call.hostlist}"
+    head = f"{call.name} request_id={request_id} hostlist={log_value(call.hostlist)}"
     if note:
-        head += f" note={note!r}"
+        head += f" note={log_value(note)}"
     # grpc's C core logs connection chatter to stderr at INFO otherwise.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     try:
@@ -156,7 +235,11 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
     except Exception as e:  # the process boundary: whatever went wrong must be logged and acted on
         failure, detail = _describe_failure(e)
         action = _on_failure(call, settings, failure, detail)
-        _log(settings, f"{head} result={failure} error={detail!r} action={action} {_ms(start)}")
+        _log(
+            settings,
+            f"{head} result={failure} error={log_value(detail)} action={log_value(action)} "
+            f"{_ms(start)}",
+        )
         return EXIT_FAILED
     _log(settings, f"{head} result=ok {summary} {_ms(start)}")
     return EXIT_OK
@@ -184,7 +267,7 @@ def _send(call: HookCall, settings: HookSettings, request_id: str) -> str:
     summary = f"nodes={len(results)} ok={ok} accepted={accepted} not_ok={len(not_ok)}"
     if not_ok:  # the bridge handles these; listing a few helps whoever reads the hook log
         shown = ", ".join(f"{r.node}:{r.error_class.name}:{r.message}" for r in not_ok[:5])
-        summary += f" first_not_ok={shown!r}"
+        summary += f" first_not_ok={log_value(shown)}"
     return summary
 
 
@@ -193,7 +276,8 @@ def _describe_failure(e: Exception) -> tuple[str, str]:
     if isinstance(e, ImportError):
         # A broken install is, to Slurm, as bad as no bridge: the nodes must not wait.
         return "HookBroken", f"{type(e).__name__}: {e}"
-    from bridge.rpc.client import (  # noqa: PLC0415 (already imported by _send)
+    from bridge.errors import ConfigError  # noqa: PLC0415 (already imported by _send)
+    from bridge.rpc.client import (  # noqa: PLC0415
         BridgeNoAnswer,
         BridgeUnreachable,
     )
@@ -202,6 +286,11 @@ def _describe_failure(e: Exception) -> tuple[str, str]:
         return "BridgeNoAnswer", str(e)
     if isinstance(e, BridgeUnreachable):
         return "BridgeUnreachable", str(e)
+    cause = e.__cause__
+    if isinstance(e, ConfigError) and isinstance(cause, OSError) and cause.filename:
+        # bridge.rpc.tls could not read a PEM file: say which and why, without Python's repr().
+        detail = f"cannot read TLS file {cause.filename}: {cause.strerror}"
+        return "BridgeFailed", f"ConfigError: {detail}"
     return "BridgeFailed", f"{type(e).__name__}: {e}"
 
 
@@ -225,20 +314,24 @@ def _on_failure(call: HookCall, settings: HookSettings, failure: str, detail: st
     ]
     import subprocess  # noqa: PLC0415 (only the failure path pays for it)
 
+    what = "scontrol update state=down"
     try:
-        done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_S, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"'scontrol update state=down failed: {e}'"
-    if done.returncode != 0:
-        err = (done.stderr or done.stdout).strip().replace("\n", " ")
-        return f"'scontrol update state=down exited {done.returncode}: {err}'"
-    return "scontrol-state=down"
+        done = subprocess.run(argv, capture_output=True, timeout=SCONTROL_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return f"{what} timed out after {SCONTROL_TIMEOUT_S} s"
+    except OSError as e:
+        return f"{what} failed: {e.strerror}"
+    if done.returncode == 0:
+        return "scontrol-state=down"
+    code = done.returncode
+    how = f"exited {code}" if code > 0 else f"killed by signal {-code}"
+    out = (done.stderr or done.stdout).decode("utf-8", "surrogateescape").strip(" \t\n\r\v\f")
+    return f"{what} {how}: " + out.replace("\n", " ") if out else f"{what} {how}"
 
 
 def _ms(start: float) -> str:
-    return f"elapsed_ms={(time.monotonic() - start) * 1000:.0f}"
+    """``elapsed_ms=N``: whole milliseconds, truncated."""
+    return f"elapsed_ms={int((time.monotonic() - start) * 1000)}"
 
 
 def _log(settings: HookSettings, message: str) -> None:
@@ -248,6 +341,7 @@ def _log(settings: HookSettings, message: str) -> None:
     # slurmctld starts hooks with fd 2 closed: Python then sets sys.stderr to None.
     if sys.stderr is not None:
         sys.stderr.write(line)
+        sys.stderr.flush()
     if not settings.log_path:
         return
     try:
@@ -259,7 +353,9 @@ def _log(settings: HookSettings, message: str) -> None:
             os.close(fd)
     except OSError as e:
         if sys.stderr is not None:
-            sys.stderr.write(f"slurm-k8s-bridge-hook: cannot write {settings.log_path}: {e}\n")
+            sys.stderr.write(
+                f"slurm-k8s-bridge-hook: cannot write {settings.log_path}: {e.strerror}\n"
+            )
 
 
 #: Settings file of the installed entry points (``slurm-k8s-bridge-resume`` and the others):

@@ -60,44 +60,81 @@ if [ -f "$skb_repo/bridge/hooks.py" ]; then
     export PYTHONPATH
 fi
 
+# A log value as bridge.hooks.log_value writes it: bare when it only holds A-Za-z0-9-_.,:/=@+[]~,
+# else a JSON string escaping " \ and control characters (bytes past ASCII are copied as they are).
+skb_value() {
+    case $1 in
+        "" | *[!]A-Za-z0-9_.,:/=@+~[-]*) ;;
+        *) skb_v=$1; return ;;
+    esac
+    skb_s=$1
+    skb_v=
+    while [ -n "$skb_s" ]; do
+        skb_r=${skb_s#?}
+        skb_c=${skb_s%"$skb_r"}
+        skb_s=$skb_r
+        case $skb_c in
+            \" | \\) skb_v="$skb_v\\$skb_c" ;;
+            "$skb_tab") skb_v="$skb_v\\t" ;;
+            "$skb_cr") skb_v="$skb_v\\r" ;;
+            "
+") skb_v="$skb_v\\n" ;;
+            [[:cntrl:]]) skb_v="$skb_v$(printf '\\u%04x' "'$skb_c")" ;;
+            *) skb_v="$skb_v$skb_c" ;;
+        esac
+    done
+    skb_v="\"$skb_v\""
+}
+
 # Without a working Python nothing reaches the bridge; a resume must still not leave jobs waiting
-# for ResumeTimeout: log a line (SKB_HOOK_LOG and stderr, as bridge.hooks does) and, for a
+# for ResumeTimeout: log a line (SKB_HOOK_LOG and stderr, in bridge.hooks' format) and, for a
 # resume, set the nodes DOWN with the reason.
 skb_broken() {
-    skb_line="slurm-k8s-bridge-hook[$$] $skb_kind args='$skb_args' result=HookBroken"
-    skb_line="$skb_line error='$2' python=$SKB_PYTHON"
+    skb_tab=$(printf '\t')
+    skb_cr=$(printf '\r')
+    skb_argv=
+    for skb_arg in "$@"; do
+        skb_value "$skb_arg"
+        case $skb_v in \"*) ;; *) skb_v="\"$skb_v\"" ;; esac
+        skb_argv="$skb_argv${skb_argv:+,}$skb_v"
+    done
+    skb_value "$skb_error"
+    skb_line="slurm-k8s-bridge-hook[$$] $skb_kind argv=[$skb_argv] result=HookBroken error=$skb_v"
+    skb_value "$SKB_PYTHON"
+    skb_line="$skb_line python=$skb_v"
     if [ "$skb_kind" = resume ] && [ -n "${1:-}" ]; then
         if "${SKB_SLURM_BIN:-/usr/bin}/scontrol" update "nodename=$1" state=down \
-            "reason=k8s: HookBroken: $2"; then
+            "reason=k8s: HookBroken: $skb_error"; then
             skb_line="$skb_line action=scontrol-state=down"
         else
-            skb_line="$skb_line action='scontrol update state=down failed'"
+            skb_line="$skb_line action=\"scontrol update state=down failed\""
         fi
     else
         skb_line="$skb_line action=none"
     fi
     if [ -x /bin/date ]; then skb_line="$(/bin/date +%Y-%m-%dT%H:%M:%S%z) $skb_line"; fi
-    echo "$skb_line" >&2
+    printf '%s\n' "$skb_line" >&2 # not echo: dash's reads the line's backslashes
     skb_log=${SKB_HOOK_LOG-/var/log/slurm/slurm-k8s-bridge-hooks.log}
-    if [ -n "$skb_log" ]; then echo "$skb_line" >>"$skb_log"; fi
+    if [ -n "$skb_log" ]; then printf '%s\n' "$skb_line" >>"$skb_log"; fi
     exit 1
 }
 
-skb_args=$*
 if [ ! -x "$SKB_PYTHON" ]; then
-    skb_broken "${1:-}" "no Python at $SKB_PYTHON"
+    skb_error="no Python at $SKB_PYTHON"
+    skb_broken "$@"
 fi
 # -P below needs 3.11; an older python3 (a RHEL-like host's 3.9) would exit 2 silently. One
 # extra start with -S -E (no site, no environment: a few ms) asks the version first.
 skb_version=$("$SKB_PYTHON" -S -E -c 'import sys; sys.stdout.write("%d.%d" % sys.version_info[:2])' 2>/dev/null)
 case $skb_version in
     [0-9]*.[0-9]*) ;;
-    *) skb_broken "${1:-}" "$SKB_PYTHON does not run" ;;
+    *) skb_error="$SKB_PYTHON does not run"; skb_broken "$@" ;;
 esac
 skb_major=${skb_version%%.*}
 skb_minor=${skb_version#*.}
 if [ "$skb_major" -lt 3 ] || { [ "$skb_major" -eq 3 ] && [ "$skb_minor" -lt 11 ]; }; then
-    skb_broken "${1:-}" "Python $skb_version is older than 3.11"
+    skb_error="Python $skb_version is older than 3.11"
+    skb_broken "$@"
 fi
 
 # -P: do not put slurmctld's working directory on sys.path; -s: no user site-packages.

@@ -1,14 +1,16 @@
 // Command skb-hook is what slurmctld runs as ResumeProgram, SuspendProgram, ResumeFailProgram and
-// strigger program: bridge/hooks.py's contract in a static binary that starts in milliseconds.
+// strigger program: the primary hook client, a static binary that starts in milliseconds.
 //
 //	skb-hook resume|suspend|resume_fail <hostlist>
 //	skb-hook node_event down|drain|fail|up|idle <hostlist>
 //
-// Same settings (SKB_* environment, which hook.sh reads from hooks.env), the same RPCs and request
-// fields, the same retries inside one deadline, the same log line and the same failure handling
-// (a resume the bridge did not take sets its nodes DOWN through scontrol), and the same exit
-// status: 0 the bridge took the call, 1 it did not, 2 bad arguments. tests/unit/test_hook_client.py
-// runs this and `python -m bridge.hooks` side by side against one server and compares them.
+// It and the fallback, `python -m bridge.hooks` (used where this binary is not built, and by the
+// pip install's entry points), implement one contract: argv, SKB_* settings (hook.sh reads them
+// from hooks.env), the resume file, the RPCs and their fields, quick retries inside one deadline,
+// the log line, what a failed resume writes to Slurm (scontrol ... state=down), and the exit
+// status (0 the bridge took the call, 1 it did not, 2 bad arguments). The contract is one table
+// in tests/unit/test_hook_client.py, which runs both clients through every row;
+// slurm_plugins/README.md says it in words.
 package main
 
 import (
@@ -16,7 +18,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -29,8 +30,11 @@ const (
 	defaultSlurmBin = "/usr/bin"
 	defaultHookLog  = "/var/log/slurm/slurm-k8s-bridge-hooks.log"
 	defaultTimeoutS = 2.0
-	// resumeFileMax is the biggest resume file sent on, in characters (hooks.RESUME_FILE_MAX, the
-	// bridge's own limit): a bigger one would fail the whole batch, the hostlist alone suffices.
+	// maxTimeoutS: a larger SKB_TIMEOUT_S is a typo, and the default applies.
+	maxTimeoutS = 3600.0
+	// resumeFileMax is the biggest resume file sent on, in bytes (hooks.RESUME_FILE_MAX; the
+	// bridge takes as many characters): a bigger one would fail the whole batch, the hostlist
+	// alone suffices.
 	resumeFileMax = 16 * 1024 * 1024
 )
 
@@ -76,11 +80,9 @@ func settingsFromEnv(getenv func(string) (string, bool)) settings {
 	if v, ok := getenv("SKB_HOOK_LOG"); ok {
 		s.logPath = v
 	}
-	if v := get("SKB_TIMEOUT_S"); v != "" {
-		if f, ok := parsePyFloat(v); ok {
-			s.timeoutS = f
-		} // else: a typo must not stop nodes from being resumed
-	}
+	if f, ok := parseSeconds(get("SKB_TIMEOUT_S")); ok {
+		s.timeoutS = f
+	} // else: a typo must not stop nodes from being resumed
 	cert, key, ca := get("SKB_TLS_CERT"), get("SKB_TLS_KEY"), get("SKB_TLS_CA")
 	if cert != "" && key != "" && ca != "" {
 		s.tls = &tlsFiles{cert, key, ca}
@@ -88,33 +90,29 @@ func settingsFromEnv(getenv func(string) (string, bool)) settings {
 	return s
 }
 
-// parsePyFloat accepts what Python's float() does for a setting: surrounding blanks, a sign,
-// exponents, inf/nan and underscores between digits.
-func parsePyFloat(v string) (float64, bool) {
-	v = strings.TrimSpace(v)
-	if strings.Contains(v, "_") {
-		for i, r := range v {
-			if r == '_' && (i == 0 || i == len(v)-1 || !isDigit(v[i-1]) || !isDigit(v[i+1])) {
-				return 0, false
-			}
+// parseSeconds reads SKB_TIMEOUT_S: ASCII digits with at most one '.', blanks (space, tab)
+// around; more than 0 and at most maxTimeoutS. Anything else is not a number of seconds.
+func parseSeconds(v string) (float64, bool) {
+	t := strings.Trim(v, " \t")
+	digits, dots := 0, 0
+	for i := 0; i < len(t); i++ {
+		switch {
+		case t[i] >= '0' && t[i] <= '9':
+			digits++
+		case t[i] == '.':
+			dots++
+		default:
+			return 0, false
 		}
-		v = strings.ReplaceAll(v, "_", "")
 	}
-	if strings.HasPrefix(strings.TrimLeft(v, "+-"), "0x") || strings.HasPrefix(strings.TrimLeft(v, "+-"), "0X") {
-		return 0, false // Go reads hex floats; Python's float() does not
+	if digits == 0 || dots > 1 {
+		return 0, false
 	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil && !(errorsIsRange(err) && math.IsInf(f, 0)) {
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || f <= 0 || f > maxTimeoutS {
 		return 0, false
 	}
 	return f, true
-}
-
-func isDigit(b byte) bool { return b >= '0' && b <= '9' }
-
-func errorsIsRange(err error) bool {
-	ne, ok := err.(*strconv.NumError)
-	return ok && ne.Err == strconv.ErrRange
 }
 
 // hookCall is one invocation: which hook, for which nodes, with what.
@@ -148,12 +146,20 @@ func parseArgv(argv []string) (hookCall, error) {
 		if len(rest) != 2 || !contains(eventKinds, rest[0]) || rest[1] == "" {
 			return hookCall{}, usageError{"usage: node_event <" + strings.Join(eventKinds, "|") + "> <hostlist>"}
 		}
-		return hookCall{kind: kind, event: rest[0], hostlist: rest[1]}, nil
+		return checkHostlist(hookCall{kind: kind, event: rest[0], hostlist: rest[1]})
 	}
 	if len(rest) != 1 || rest[0] == "" {
 		return hookCall{}, usageError{"usage: " + kind + " <hostlist> (exactly one hostlist, as Slurm passes it)"}
 	}
-	return hookCall{kind: kind, hostlist: rest[0]}, nil
+	return checkHostlist(hookCall{kind: kind, hostlist: rest[0]})
+}
+
+// checkHostlist refuses a hostlist with an undecodable byte: no Slurm hostlist has one.
+func checkHostlist(c hookCall) (hookCall, error) {
+	if !utf8.ValidString(c.hostlist) {
+		return hookCall{}, usageError{"hostlist is not UTF-8"}
+	}
+	return c, nil
 }
 
 func contains(list []string, s string) bool {
@@ -165,9 +171,9 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// readResumeFile returns $SLURM_RESUME_FILE's text and a note when it could not be read; neither
-// is fatal: the bridge resumes the hostlist without the per-job context. Read as Python's text
-// mode does (UTF-8 with replacement, universal newlines) so both hooks send the same string.
+// readResumeFile returns $SLURM_RESUME_FILE's text and a note when it was not sent; neither is
+// fatal: the bridge resumes the hostlist without the per-job context. The bytes are sent as they
+// are, except that each byte that is not part of valid UTF-8 becomes U+FFFD.
 func readResumeFile(getenv func(string) (string, bool)) (string, string) {
 	path, _ := getenv("SLURM_RESUME_FILE")
 	if path == "" {
@@ -178,19 +184,17 @@ func readResumeFile(getenv func(string) (string, bool)) (string, string) {
 		return "", "cannot read SLURM_RESUME_FILE: " + strerror(err)
 	}
 	defer f.Close()
-	// A character takes at most 4 bytes: this many always holds resumeFileMax+1 characters.
-	raw, err := io.ReadAll(io.LimitReader(f, 4*(resumeFileMax+1)))
+	raw, err := io.ReadAll(io.LimitReader(f, resumeFileMax+1))
 	if err != nil {
 		return "", "cannot read SLURM_RESUME_FILE: " + strerror(err)
 	}
-	text := universalNewlines(validUTF8(raw))
-	if utf8.RuneCountInString(text) > resumeFileMax {
-		return "", fmt.Sprintf("SLURM_RESUME_FILE over %d characters: not sent", resumeFileMax)
+	if len(raw) > resumeFileMax {
+		return "", fmt.Sprintf("SLURM_RESUME_FILE over %d bytes: not sent", resumeFileMax)
 	}
-	return text, ""
+	return validUTF8(raw), ""
 }
 
-// validUTF8 decodes as Python's errors="replace": U+FFFD for each invalid byte.
+// validUTF8 is b with U+FFFD for each byte that is not part of a valid UTF-8 sequence.
 func validUTF8(b []byte) string {
 	if utf8.Valid(b) {
 		return string(b)
@@ -202,13 +206,6 @@ func validUTF8(b []byte) string {
 		b = b[n:]
 	}
 	return sb.String()
-}
-
-func universalNewlines(s string) string {
-	if !strings.Contains(s, "\r") {
-		return s
-	}
-	return strings.ReplaceAll(strings.ReplaceAll(s, "\r\n", "\n"), "\r", "\n")
 }
 
 // newRequestID is `<kind>-<pid>-<6 hex>`, as hooks.main makes it.

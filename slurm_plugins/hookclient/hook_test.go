@@ -69,12 +69,19 @@ func TestSettingsFromEnv(t *testing.T) {
 		{map[string]string{"SKB_HOOK_LOG": ""}, with(func(s *settings) { s.logPath = "" })},
 		{map[string]string{"SKB_HOOK_LOG": "/tmp/h.log"}, with(func(s *settings) { s.logPath = "/tmp/h.log" })},
 		{map[string]string{"SKB_TIMEOUT_S": "0.5"}, with(func(s *settings) { s.timeoutS = 0.5 })},
-		{map[string]string{"SKB_TIMEOUT_S": " 3 "}, with(func(s *settings) { s.timeoutS = 3 })},
-		{map[string]string{"SKB_TIMEOUT_S": "1_0"}, with(func(s *settings) { s.timeoutS = 10 })},
-		{map[string]string{"SKB_TIMEOUT_S": "1e1"}, with(func(s *settings) { s.timeoutS = 10 })},
+		{map[string]string{"SKB_TIMEOUT_S": " 3\t"}, with(func(s *settings) { s.timeoutS = 3 })},
+		{map[string]string{"SKB_TIMEOUT_S": ".5"}, with(func(s *settings) { s.timeoutS = 0.5 })},
+		{map[string]string{"SKB_TIMEOUT_S": "3600"}, with(func(s *settings) { s.timeoutS = 3600 })},
+		{map[string]string{"SKB_TIMEOUT_S": "3601"}, def},
+		{map[string]string{"SKB_TIMEOUT_S": "0"}, def},
+		{map[string]string{"SKB_TIMEOUT_S": "-1"}, def},
+		{map[string]string{"SKB_TIMEOUT_S": "."}, def},
+		{map[string]string{"SKB_TIMEOUT_S": "1.2.3"}, def},
+		{map[string]string{"SKB_TIMEOUT_S": "1_0"}, def},
+		{map[string]string{"SKB_TIMEOUT_S": "1e1"}, def},
+		{map[string]string{"SKB_TIMEOUT_S": "inf"}, def},
 		{map[string]string{"SKB_TIMEOUT_S": "two"}, def},
 		{map[string]string{"SKB_TIMEOUT_S": "2s"}, def},
-		{map[string]string{"SKB_TIMEOUT_S": "_1"}, def},
 		{map[string]string{"SKB_TIMEOUT_S": "0x10"}, def},
 		{map[string]string{"SKB_TLS_CERT": "c", "SKB_TLS_KEY": "k"}, def},
 		{map[string]string{"SKB_TLS_CERT": "c", "SKB_TLS_KEY": "k", "SKB_TLS_CA": "a"},
@@ -103,11 +110,12 @@ func TestReadResumeFile(t *testing.T) {
 	}{
 		{map[string]string{}, "", "no SLURM_RESUME_FILE"},
 		{map[string]string{"SLURM_RESUME_FILE": write("ok", `{"jobs":[]}`)}, `{"jobs":[]}`, ""},
-		{map[string]string{"SLURM_RESUME_FILE": write("crlf", "a\r\nb\rc\xff")}, "a\nb\nc\ufffd", ""},
+		{map[string]string{"SLURM_RESUME_FILE": write("crlf", "a\r\nb\rc\xff\xe2\x82")}, "a\r\nb\rc\ufffd\ufffd\ufffd", ""},
 		{map[string]string{"SLURM_RESUME_FILE": filepath.Join(dir, "absent")}, "", "cannot read SLURM_RESUME_FILE: No such file or directory"},
 		{map[string]string{"SLURM_RESUME_FILE": dir}, "", "cannot read SLURM_RESUME_FILE: Is a directory"},
-		{map[string]string{"SLURM_RESUME_FILE": big}, "", "SLURM_RESUME_FILE over 16777216 characters: not sent"},
-		{map[string]string{"SLURM_RESUME_FILE": write("max", strings.Repeat("é", resumeFileMax))}, strings.Repeat("é", resumeFileMax), ""},
+		{map[string]string{"SLURM_RESUME_FILE": big}, "", "SLURM_RESUME_FILE over 16777216 bytes: not sent"},
+		{map[string]string{"SLURM_RESUME_FILE": write("max", strings.Repeat("é", resumeFileMax/2))}, strings.Repeat("é", resumeFileMax/2), ""},
+		{map[string]string{"SLURM_RESUME_FILE": write("over", strings.Repeat("é", resumeFileMax/2)+"x")}, "", "SLURM_RESUME_FILE over 16777216 bytes: not sent"},
 	}
 	for _, c := range cases {
 		text, note := readResumeFile(envOf(c.env))
@@ -117,32 +125,31 @@ func TestReadResumeFile(t *testing.T) {
 	}
 }
 
-func TestPyRepr(t *testing.T) {
-	// Expected values are Python's repr() of the same strings.
+func TestLogValue(t *testing.T) {
+	// bridge/hooks.py's log_value gives the same for these (tests/unit/test_hooks.py).
 	cases := map[string]string{
-		"":                      "''",
-		"no SLURM_RESUME_FILE":  "'no SLURM_RESUME_FILE'",
-		"it's":                  `"it's"`,
-		`say "hi"`:              `'say "hi"'`,
-		`both ' and "`:          `'both \' and "'`,
-		"back\\slash":           `'back\\slash'`,
-		"tab\tnl\ncr\r":         `'tab\tnl\ncr\r'`,
-		"\x00\x1f\x7f":          `'\x00\x1f\x7f'`,
-		"é ü 日本":                "'é ü 日本'",
-		"\u00a0\u00ad\u2028":    `'\xa0\xad\u2028'`,
-		"\U0001F600 \U000E0001": `'` + "\U0001F600" + ` \U000e0001'`,
-		"bad\xffbyte":           `'bad\udcffbyte'`,
+		"":                               `""`,
+		"c[1-3],gpu-[01-02]":             "c[1-3],gpu-[01-02]",
+		"scontrol-state=down":            "scontrol-state=down",
+		"no SLURM_RESUME_FILE":           `"no SLURM_RESUME_FILE"`,
+		"it's":                           `"it's"`,
+		`say "hi" \ bye`:                 `"say \"hi\" \\ bye"`,
+		"tab\tnl\ncr\r\b\f":              `"tab\tnl\ncr\r\b\f"`,
+		"\x00\x1f\x7f\u0085\u009f\u00a0": `"\u0000\u001f\u007f\u0085\u009f` + "\u00a0" + `"`,
+		"é 日本 \u2028\u2029 \U0001F600":   `"é 日本 \u2028\u2029 ` + "\U0001F600" + `"`,
+		"bad\xffbyte\xe2\x82":            `"bad\udcffbyte\udce2\udc82"`,
+		"\ufffd":                         `"` + "\ufffd" + `"`,
 	}
 	for in, want := range cases {
-		if got := pyRepr(in); got != want {
-			t.Errorf("pyRepr(%q) = %s, want %s", in, got, want)
+		if got := logValue(in); got != want {
+			t.Errorf("logValue(%q) = %s, want %s", in, got, want)
 		}
 	}
-	if got := pyListRepr([]string{"foo", "a'b", `x"y`}); got != `['foo', "a'b", 'x"y']` {
-		t.Errorf("pyListRepr = %s", got)
+	if got := logList([]string{"resume", "a b", `x"y`}); got != `["resume","a b","x\"y"]` {
+		t.Errorf("logList = %s", got)
 	}
-	if got := pyListRepr(nil); got != "[]" {
-		t.Errorf("pyListRepr(nil) = %s", got)
+	if got := logList(nil); got != "[]" {
+		t.Errorf("logList(nil) = %s", got)
 	}
 }
 
@@ -151,8 +158,8 @@ func TestLogLineAndErrors(t *testing.T) {
 	if got := logLine(at, 42, "resume x"); got != "2026-12-03T17:04:05+0130 slurm-k8s-bridge-hook[42] resume x\n" {
 		t.Errorf("logLine = %q", got)
 	}
-	if got := pyOSError(syscall.ENOENT, "/x"); got != "[Errno 2] No such file or directory: '/x'" {
-		t.Errorf("pyOSError = %q", got)
+	if got := strerror(syscall.ENOENT); got != "No such file or directory" {
+		t.Errorf("strerror = %q", got)
 	}
 	if got := strerror(&os.PathError{Op: "open", Path: "/x", Err: syscall.EACCES}); got != "Permission denied" {
 		t.Errorf("strerror = %q", got)
@@ -226,13 +233,21 @@ func TestOurReasonAndSummary(t *testing.T) {
 	if n := len([]rune(long)); n != 200 || !strings.HasSuffix(long, "...") {
 		t.Errorf("ourReason long: %d characters", n)
 	}
+	// 200 characters exactly stay whole; an undecodable byte counts as one and is kept.
+	exact := ourReason("X", strings.Repeat("\xff", 200-len("k8s: X: ")))
+	if exact != "k8s: X: "+strings.Repeat("\xff", 192) {
+		t.Errorf("ourReason exact: %q", exact)
+	}
+	if cut := ourReason("X", strings.Repeat("\xff", 200)); cut != "k8s: X: "+strings.Repeat("\xff", 189)+"..." {
+		t.Errorf("ourReason cut: %q", cut)
+	}
 	results := []nodeResult{
 		resultFromPB(&pb.NodeResult{Node: "c1", Outcome: pb.Outcome_OUTCOME_OK}),
 		resultFromPB(&pb.NodeResult{Node: "c2", Outcome: pb.Outcome_OUTCOME_ACCEPTED}),
 		resultFromPB(&pb.NodeResult{Node: "c3", Outcome: pb.Outcome_OUTCOME_REJECTED, ErrorClass: pb.ErrorClass_ERROR_CLASS_UNKNOWN_NODE, Message: "no pool"}),
 		resultFromPB(&pb.NodeResult{Node: "c4", Outcome: pb.Outcome(9), ErrorClass: pb.ErrorClass_ERROR_CLASS_NONE}),
 	}
-	want := "nodes=4 ok=1 accepted=1 not_ok=2 first_not_ok='c3:UNKNOWN_NODE:no pool, c4:INTERNAL:'"
+	want := `nodes=4 ok=1 accepted=1 not_ok=2 first_not_ok="c3:UNKNOWN_NODE:no pool, c4:INTERNAL:"`
 	if got := summarize(results); got != want {
 		t.Errorf("summarize = %q\nwant        %q", got, want)
 	}

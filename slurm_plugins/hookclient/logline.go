@@ -4,90 +4,92 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
-	"unicode"
 	"unicode/utf8"
 )
 
-// pyRepr renders s as Python's repr() of a str does, so log lines match bridge/hooks.py's
-// `note='…'`, `error='…'` and `first_not_ok='…'` byte for byte.
-func pyRepr(s string) string {
-	quote := byte('\'')
-	if strings.Contains(s, "'") && !strings.Contains(s, "\"") {
-		quote = '"'
+// The log line is `<time> slurm-k8s-bridge-hook[<pid>] <name> key=value ...`, one per call. A
+// value is written bare when it is non-empty and each of its bytes is in bareBytes; any other
+// value is a JSON string (see jsonString). bridge/hooks.py's log_value writes the same bytes.
+const bareBytes = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.,:/=@+[]~"
+
+// logValue is a log line's value: bare when it can be, else a JSON string.
+func logValue(s string) string {
+	if s == "" {
+		return `""`
 	}
+	for i := 0; i < len(s); i++ {
+		if strings.IndexByte(bareBytes, s[i]) < 0 {
+			return jsonString(s)
+		}
+	}
+	return s
+}
+
+// jsonString writes s as a JSON string (RFC 8259) in which `"` `\` \b \f \n \r \t are escaped so,
+// and U+0000-U+001F, U+007F-U+009F, U+2028 and U+2029 as \u00xx / \u2028: no character of the
+// line splits it, for any reader's notion of a line. Every other character is itself, in UTF-8.
+// A byte that is not part of valid UTF-8 (an undecodable argv or environment byte) is written
+// \udcxx, the code point Python's surrogateescape holds it as, so the bytes can be recovered.
+// (encoding/json would leave U+0085 and C1 controls as they are and make bad bytes \ufffd.)
+func jsonString(s string) string {
 	var sb strings.Builder
-	sb.WriteByte(quote)
+	sb.Grow(len(s) + 2)
+	sb.WriteByte('"')
 	for i := 0; i < len(s); {
 		r, n := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && n == 1 {
-			// Python holds an undecodable argv byte as a lone surrogate (surrogateescape).
-			fmt.Fprintf(&sb, "\\udc%02x", s[i])
-			i++
-			continue
-		}
-		i += n
 		switch {
-		case r == rune(quote) || r == '\\':
-			sb.WriteByte('\\')
-			sb.WriteRune(r)
-		case r == '\t':
-			sb.WriteString(`\t`)
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&sb, `\udc%02x`, s[i])
+		case r == '"':
+			sb.WriteString(`\"`)
+		case r == '\\':
+			sb.WriteString(`\\`)
+		case r == '\b':
+			sb.WriteString(`\b`)
+		case r == '\f':
+			sb.WriteString(`\f`)
 		case r == '\n':
 			sb.WriteString(`\n`)
 		case r == '\r':
 			sb.WriteString(`\r`)
-		case r < ' ' || r == 0x7f:
-			fmt.Fprintf(&sb, "\\x%02x", r)
-		case r < 0x7f || r == ' ' || (unicode.IsPrint(r) && r != '\u00ad'):
-			sb.WriteRune(r)
-		case r <= 0xff:
-			fmt.Fprintf(&sb, "\\x%02x", r)
-		case r <= 0xffff:
-			fmt.Fprintf(&sb, "\\u%04x", r)
+		case r == '\t':
+			sb.WriteString(`\t`)
+		case r < 0x20, r >= 0x7f && r < 0xa0, r == '\u2028', r == '\u2029':
+			fmt.Fprintf(&sb, `\u%04x`, r)
 		default:
-			fmt.Fprintf(&sb, "\\U%08x", r)
+			sb.WriteString(s[i : i+n])
 		}
+		i += n
 	}
-	sb.WriteByte(quote)
+	sb.WriteByte('"')
 	return sb.String()
 }
 
-// pyListRepr renders a list of str as Python's repr() does: ['a', "b'c"].
-func pyListRepr(items []string) string {
+// logList is a list (argv) in a log line: `[` JSON strings joined by `,` `]`, no spaces.
+func logList(items []string) string {
 	parts := make([]string, len(items))
 	for i, s := range items {
-		parts[i] = pyRepr(s)
+		parts[i] = jsonString(s)
 	}
-	return "[" + strings.Join(parts, ", ") + "]"
+	return "[" + strings.Join(parts, ",") + "]"
 }
 
-// strerror is the C library's text for the errno under err ("No such file or directory"), as
-// Python's OSError.strerror gives it; Go's own table has the same words in lower case.
+// strerror is the C library's text for the errno under err ("No such file or directory"): the
+// words the contract uses for an OS error. Go's own table has them with a lower-case initial.
 func strerror(err error) string {
 	var errno syscall.Errno
 	if errors.As(err, &errno) {
-		return capitalize(errno.Error())
+		text := errno.Error()
+		if text != "" {
+			text = strings.ToUpper(text[:1]) + text[1:]
+		}
+		return text
 	}
 	return err.Error()
-}
-
-// pyOSError renders err as str(OSError) does: `[Errno 2] No such file or directory: '/x'`.
-func pyOSError(err error, path string) string {
-	var errno syscall.Errno
-	if !errors.As(err, &errno) {
-		return err.Error()
-	}
-	return fmt.Sprintf("[Errno %d] %s: %s", int(errno), capitalize(errno.Error()), pyRepr(path))
-}
-
-func capitalize(s string) string {
-	if s == "" {
-		return s
-	}
-	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 // logLine is one hook log line: `<time> slurm-k8s-bridge-hook[<pid>] <message>\n`.
@@ -95,9 +97,9 @@ func logLine(now time.Time, pid int, message string) string {
 	return fmt.Sprintf("%s slurm-k8s-bridge-hook[%d] %s\n", now.Format("2006-01-02T15:04:05-0700"), pid, message)
 }
 
-// elapsed is `elapsed_ms=N`, rounded as Python's `:.0f` does.
+// elapsed is `elapsed_ms=N`: whole milliseconds, truncated.
 func elapsed(start time.Time) string {
-	return fmt.Sprintf("elapsed_ms=%.0f", float64(time.Since(start).Nanoseconds())/1e6)
+	return "elapsed_ms=" + strconv.FormatInt(time.Since(start).Milliseconds(), 10)
 }
 
 // writeLog writes one line to stderr and, when configured, appends it to the hook log with one
@@ -116,10 +118,6 @@ func writeLog(logPath, line string) {
 		}
 	}
 	if err != nil {
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		fmt.Fprintf(os.Stderr, "slurm-k8s-bridge-hook: cannot write %s: %s\n", logPath, pyOSError(err, logPath))
+		fmt.Fprintf(os.Stderr, "slurm-k8s-bridge-hook: cannot write %s: %s\n", logPath, strerror(err))
 	}
 }

@@ -7,26 +7,31 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 )
 
-// scontrolTimeout bounds the one scontrol a failed resume runs.
-const scontrolTimeout = 10 * time.Second
+// scontrolTimeoutS bounds the one scontrol a failed resume runs.
+const scontrolTimeoutS = 10
+
+// asciiBlanks are trimmed from scontrol's output before it goes into the log line.
+const asciiBlanks = " \t\n\r\v\f"
 
 func main() {
 	os.Exit(run(os.Args[1:], os.LookupEnv))
 }
 
-// run is hooks.main: one hook call, its log line, and the exit status.
+// run is one hook call: its log line and its exit status.
 func run(argv []string, getenv func(string) (string, bool)) int {
 	start := time.Now()
 	s := settingsFromEnv(getenv)
 	log := func(message string) { writeLog(s.logPath, logLine(time.Now(), os.Getpid(), message)) }
 	call, err := parseArgv(argv)
 	if err != nil {
-		log(fmt.Sprintf("usage error: %s; argv=%s", err, pyListRepr(argv)))
+		log("argv=" + logList(argv) + " result=UsageError error=" + logValue(err.Error()))
 		return exitUsage
 	}
 	note := ""
@@ -34,15 +39,15 @@ func run(argv []string, getenv func(string) (string, bool)) int {
 		call.resumeFile, note = readResumeFile(getenv)
 	}
 	requestID := newRequestID(call.kind)
-	head := fmt.Sprintf("%s request_id=%s hostlist=%s", call.name(), requestID, call.hostlist)
+	head := fmt.Sprintf("%s request_id=%s hostlist=%s", call.name(), requestID, logValue(call.hostlist))
 	if note != "" {
-		head += " note=" + pyRepr(note)
+		head += " note=" + logValue(note)
 	}
 	results, err := send(call, s, requestID)
 	if err != nil {
 		failure, detail := describeFailure(err)
 		action := onFailure(call, s, failure, detail)
-		log(fmt.Sprintf("%s result=%s error=%s action=%s %s", head, failure, pyRepr(detail), action, elapsed(start)))
+		log(fmt.Sprintf("%s result=%s error=%s action=%s %s", head, failure, logValue(detail), logValue(action), elapsed(start)))
 		return exitFailed
 	}
 	log(fmt.Sprintf("%s result=ok %s %s", head, summarize(results), elapsed(start)))
@@ -69,18 +74,34 @@ func summarize(results []nodeResult) string {
 		for _, r := range notOK[:min(5, len(notOK))] {
 			shown = append(shown, r.node+":"+r.errorClass+":"+r.message)
 		}
-		out += " first_not_ok=" + pyRepr(strings.Join(shown, ", "))
+		out += " first_not_ok=" + logValue(strings.Join(shown, ", "))
 	}
 	return out
 }
 
-// ourReason is bridge.domain.nodes.our_reason: `k8s: <Kind>: <message>` on one short line.
+// ourReason is the bridge's reason text (bridge.domain.reason.Reason.text): `k8s: <Kind>:
+// <message>` on one line of at most 200 characters (code points; an undecodable byte counts as
+// one and is kept), cut to 197 and "..." when longer.
 func ourReason(kind, message string) string {
 	text := strings.TrimSpace(strings.ReplaceAll("k8s: "+kind+": "+message, "\n", " "))
-	if r := []rune(text); len(r) > 200 { // Python counts characters
-		return string(r[:197]) + "..."
+	if charOffset(text, 201) >= 0 { // more than 200 characters
+		return text[:charOffset(text, 197)] + "..."
 	}
 	return text
+}
+
+// charOffset is the byte offset of the n-th character of s (code points, an invalid byte counting
+// as one), or -1 when s has fewer than n characters.
+func charOffset(s string, n int) int {
+	i := 0
+	for ; n > 0; n-- {
+		if i >= len(s) {
+			return -1
+		}
+		_, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+	}
+	return i
 }
 
 // onFailure sets a resume's nodes DOWN so their jobs requeue now; returns what was done.
@@ -97,33 +118,33 @@ func onFailure(call hookCall, s settings, failure, detail string) string {
 		filepath.Join(s.slurmBin, "scontrol"), "update", "nodename=" + call.hostlist,
 		"state=down", "reason=" + ourReason(failure, detail),
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), scontrolTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), scontrolTimeoutS*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
+	const what = "scontrol update state=down"
 	if ctx.Err() == context.DeadlineExceeded {
-		return fmt.Sprintf("'scontrol update state=down failed: Command %s timed out after 10.0 seconds'", pyListRepr(argv))
+		return what + " timed out after " + strconv.Itoa(scontrolTimeoutS) + " s"
 	}
 	var exitErr *exec.ExitError
 	if errors.As(err, &exitErr) {
-		code := exitErr.ExitCode()
+		how := "exited " + strconv.Itoa(exitErr.ExitCode())
 		if ws, ok := exitErr.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			code = -int(ws.Signal())
+			how = "killed by signal " + strconv.Itoa(int(ws.Signal()))
 		}
 		out := stderr.String()
 		if out == "" {
 			out = stdout.String()
 		}
-		return fmt.Sprintf("'scontrol update state=down exited %d: %s'", code, strings.ReplaceAll(strings.TrimSpace(out), "\n", " "))
+		if out = strings.Trim(out, asciiBlanks); out != "" {
+			return what + " " + how + ": " + strings.ReplaceAll(out, "\n", " ")
+		}
+		return what + " " + how
 	}
 	if err != nil {
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return fmt.Sprintf("'scontrol update state=down failed: %s'", pyOSError(err, argv[0]))
+		return what + " failed: " + strerror(err)
 	}
 	return "scontrol-state=down"
 }

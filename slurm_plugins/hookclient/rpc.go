@@ -28,24 +28,26 @@ import (
 // on purpose (bridge.rpc.wire.ERROR_METADATA_KEY): its UNAVAILABLE means a backend, not the bridge.
 const errorMetadataKey = "skb-error"
 
-// Quick retries of UNAVAILABLE inside the one deadline, as bridge/rpc/client.py does them.
+// Quick retries of UNAVAILABLE inside the one deadline (bridge/rpc/client.py has the same): at
+// most 3 attempts, 50 ms then 100 ms apart, none once the pause would outlast the deadline.
 var backoff = []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond}
 
 const attempts = 3
 
-// Failure kinds, named as bridge/rpc/client.py's and bridge/errors.py's exceptions are: the log line
-// and a resume's DOWN reason carry them.
+// Failure kinds (the log line's result= and a resume's DOWN reason carry them); the names are the
+// contract's, shared with bridge/rpc/client.py's and bridge/errors.py's exceptions.
 const (
 	kindUnreachable = "BridgeUnreachable" // the bridge could not be reached at all
 	kindNoAnswer    = "BridgeNoAnswer"    // sent, no answer: the bridge may have acted on it
 )
 
-// callError is a whole-call failure: class is the Python exception's name, message its str().
+// callError is a whole-call failure: its class (BridgeUnreachable, InvalidInput, ...) and message.
 type callError struct{ class, message string }
 
 func (e *callError) Error() string { return e.class + ": " + e.message }
 
-// describeFailure is hooks._describe_failure: the reason kind and the detail logged.
+// describeFailure gives the reason kind and the detail logged: BridgeUnreachable and
+// BridgeNoAnswer as themselves, any other failure as BridgeFailed with `<class>: <message>`.
 func describeFailure(err error) (string, string) {
 	var ce *callError
 	if errors.As(err, &ce) {
@@ -58,8 +60,9 @@ func describeFailure(err error) (string, string) {
 	return "BridgeFailed", err.Error()
 }
 
-// pythonCodeNames are grpc.StatusCode names, as Python's client writes them.
-var pythonCodeNames = map[codes.Code]string{
+// statusNames are gRPC's canonical status code names (grpc/doc/statuscodes.md), which the
+// contract writes; Go's codes.Code.String() spells them in CamelCase.
+var statusNames = map[codes.Code]string{
 	codes.OK: "OK", codes.Canceled: "CANCELLED", codes.Unknown: "UNKNOWN",
 	codes.InvalidArgument: "INVALID_ARGUMENT", codes.DeadlineExceeded: "DEADLINE_EXCEEDED",
 	codes.NotFound: "NOT_FOUND", codes.AlreadyExists: "ALREADY_EXISTS",
@@ -71,24 +74,26 @@ var pythonCodeNames = map[codes.Code]string{
 }
 
 // rpcFailure is what one attempt saw: the status, whether the bridge itself marked it, and the
-// last dial error (grpc-go's status text differs from the C core's; this rebuilds the latter).
+// last dial error (grpc-go's status text is not the contract's words; classify writes those).
 type rpcFailure struct {
 	code       codes.Code
 	message    string
 	fromBridge bool
-	// served: the bridge sent HTTP/2 bytes on some connection of the attempt. The C core calls
-	// a connection made only once the server's SETTINGS arrive; before that, "failed to connect"
-	// (a refused socket, or a TLS 1.3 client certificate the bridge rejects after the handshake).
+	// served: the bridge sent HTTP/2 bytes on some connection of the attempt. A connection counts
+	// as made only once the server's SETTINGS arrive; before that, the bridge is unreachable (a
+	// refused socket, or a TLS 1.3 client certificate the bridge rejects after the handshake).
 	served   bool
 	dialErr  error
 	dialAddr string
 }
 
-// classify translates a failed attempt as bridge.rpc.client._error_from_rpc does.
+// classify names a failed attempt's failure kind and message: `<target>: <cause> (<n> attempts)`
+// for an unreachable bridge or one that did not answer, where cause is the OS's words for a failed
+// connect (strerror) or "Deadline Exceeded" (bridge.rpc.client._error_from_rpc has the same).
 func classify(f rpcFailure, target string, attempt int) *callError {
 	details := f.message
 	if details == "" {
-		details = pythonCodeNames[f.code]
+		details = statusNames[f.code]
 	}
 	switch {
 	case f.code == codes.InvalidArgument:
@@ -99,8 +104,8 @@ func classify(f rpcFailure, target string, attempt int) *callError {
 		return &callError{"TransientBackendError", details}
 	case f.code == codes.Unavailable || f.code == codes.DeadlineExceeded:
 		failedToConnect := f.code == codes.Unavailable && !f.served
-		// grpc-go wraps transport failures as `connection error: desc = "…"`; like the Python
-		// client, keep the last nested error.
+		// grpc-go wraps transport failures as `connection error: desc = "…"`: keep the last
+		// nested error.
 		cause := details
 		if d, ok := strings.CutPrefix(cause, `connection error: desc = "`); ok {
 			cause = strings.TrimSuffix(d, `"`)
@@ -110,7 +115,7 @@ func classify(f rpcFailure, target string, attempt int) *callError {
 		}
 		switch {
 		case f.code == codes.DeadlineExceeded:
-			cause = "Deadline Exceeded" // the C core's words
+			cause = "Deadline Exceeded"
 		case failedToConnect && f.dialErr != nil:
 			cause = dialCause(target, f.dialAddr, f.dialErr)
 		}
@@ -121,15 +126,16 @@ func classify(f rpcFailure, target string, attempt int) *callError {
 		// Connected, sent, and then the bridge died or hung: it may have acted on the call.
 		return &callError{kindNoAnswer, msg}
 	}
-	name := pythonCodeNames[f.code]
+	name := statusNames[f.code]
 	if name == "" {
 		name = f.code.String()
 	}
 	return &callError{"BridgeError", name + ": " + details}
 }
 
-// dialCause words a failed connect as the C core does: `No such file or directory` for a Unix
-// socket, `UNKNOWN: ipv4:127.0.0.1:1: Failed to connect to remote host: Connection refused` for TCP.
+// dialCause words a failed connect: the OS's words for a Unix socket (`No such file or
+// directory`), and for TCP `UNKNOWN: ipv4:127.0.0.1:1: Failed to connect to remote host:
+// Connection refused`, the words grpc's C core (the Python client) uses.
 func dialCause(target, addr string, err error) string {
 	text := strerror(err)
 	var errno syscall.Errno
@@ -335,11 +341,7 @@ func tlsCredentials(files tlsFiles) (credentials.TransportCredentials, error) {
 	for i, path := range []string{files.cert, files.key, files.ca} {
 		b, err := os.ReadFile(path)
 		if err != nil {
-			var pe *os.PathError
-			if errors.As(err, &pe) {
-				err = pe.Err
-			}
-			return nil, &callError{"ConfigError", "cannot read TLS file: " + pyOSError(err, path)}
+			return nil, &callError{"ConfigError", "cannot read TLS file " + path + ": " + strerror(err)}
 		}
 		pems[i] = b
 	}

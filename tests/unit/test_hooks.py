@@ -16,8 +16,6 @@ import pytest
 from bridge import hooks
 from bridge.api import BridgeServer, build_server
 from bridge.domain import resume_file
-from bridge.domain.results import ErrorClass, NodeResult, Outcome
-from bridge.errors import InvalidInput
 from bridge.rpc.client import NODE_EVENT_KINDS
 from tests.unit.as_slurmctld import run_as_slurmctld
 from tests.unit.test_api import FakeUseCases
@@ -139,52 +137,6 @@ def test_resume_sends_hostlist_and_resume_file_contents(site: Site, fake: FakeUs
     assert site.scontrol_calls() == []
 
 
-@pytest.mark.usefixtures("server")
-@pytest.mark.parametrize(
-    ("results", "summary"),
-    [
-        (
-            [NodeResult("c1", Outcome.ACCEPTED), NodeResult("c2", Outcome.ACCEPTED)],
-            "nodes=2 ok=0 accepted=2 not_ok=0",
-        ),
-        (
-            [
-                NodeResult("c1", Outcome.OK),
-                NodeResult("c2", Outcome.ACCEPTED),
-                NodeResult("c3", Outcome.REJECTED, ErrorClass.UNKNOWN_NODE, "in no pool"),
-            ],
-            "nodes=3 ok=1 accepted=1 not_ok=1 first_not_ok='c3:UNKNOWN_NODE:in no pool'",
-        ),
-    ],
-    ids=["all-accepted", "mixed"],
-)
-def test_resume_summary_counts_accepted_apart(
-    site: Site, fake: FakeUseCases, results: list[NodeResult], summary: str
-) -> None:
-    fake.results = results
-    done = site.run("resume", "c[1-3]", resume_file="/dev/null")
-    assert done.returncode == 0, done.stderr
-    [line] = site.log_lines()
-    assert f"result=ok {summary} elapsed_ms=" in line
-
-
-@pytest.mark.usefixtures("server")
-def test_resume_with_stderr_closed_succeeds_and_logs(site: Site, fake: FakeUseCases) -> None:
-    done = site.run("resume", "c[1-2]", stderr_closed=True)
-    assert done.returncode == 0
-    assert len(fake.calls) == 1
-    [line] = site.log_lines()
-    assert "hostlist=c[1-2]" in line and "result=ok" in line
-
-
-@pytest.mark.usefixtures("server")
-def test_resume_without_resume_file_still_resumes(site: Site, fake: FakeUseCases) -> None:
-    done = site.run("resume", "c1", resume_file=str(site.root / "gone"))
-    assert done.returncode == 0, done.stderr
-    assert fake.calls[0][1][:2] == ("c1", "")
-    assert "cannot read SLURM_RESUME_FILE" in site.log_lines()[0]
-
-
 def big_resume_file(size: int) -> str:
     """A job array's resume file of about ``size`` characters (one job per node)."""
     jobs, total, i = [], 0, 0
@@ -240,71 +192,25 @@ def test_other_hooks_forward_the_call(
     assert call_args[-1].startswith(f"{name}-")
 
 
-@pytest.mark.usefixtures("server")
-def test_bridge_rejecting_a_resume_marks_nodes_down(site: Site, fake: FakeUseCases) -> None:
-    fake.error = InvalidInput("resume_file: not JSON")
-    done = site.run("resume", "c1", resume_file="/dev/null")
-    assert done.returncode == 1
-    assert site.scontrol_calls()[:3] == ["update", "nodename=c1", "state=down"]
-    assert site.scontrol_calls()[3].startswith(
-        "reason=k8s: BridgeFailed: InvalidInput: resume_file: not JSON"
-    )
-
-
-# --- without a bridge -----------------------------------------------------------------------
-
-
-def test_unreachable_bridge_resume_marks_nodes_down(site: Site) -> None:
-    start = time.monotonic()
-    done = site.run("resume", "c[1-2]", resume_file="/dev/null")
-    elapsed = time.monotonic() - start
-    assert done.returncode == 1
-    argv = site.scontrol_calls()
-    assert argv[:3] == ["update", "nodename=c[1-2]", "state=down"]
-    assert argv[3].startswith(f"reason=k8s: BridgeUnreachable: unix:{site.sock}: ")
-    assert "No such file or directory" in argv[3]
-    assert len(argv) == 4
-    [line] = site.log_lines()
-    assert "result=BridgeUnreachable" in line
-    assert "action=scontrol-state=down" in line
-    assert elapsed < 3.0
-
-
-@pytest.mark.parametrize(
-    ("name", "args"), [("suspend", ("c1",)), ("resume_fail", ("c1",)), ("node_event", ("up", "c1"))]
-)
-def test_unreachable_bridge_other_hooks_only_log(
-    site: Site, name: str, args: tuple[str, ...]
-) -> None:
-    done = site.run(name, *args)
-    assert done.returncode == 1
-    assert site.scontrol_calls() == []
-    assert "result=BridgeUnreachable" in site.log_lines()[0]
-    assert "action=none" in site.log_lines()[0]
+# --- hook.sh without a working Python ----------------------------------------------------------
 
 
 def test_missing_python_still_marks_resume_down(site: Site) -> None:
-    site.write_env(SKB_PYTHON=str(site.root / "no-python"))
+    python = f'{site.root}/no "python" here'  # the log line quotes it as bridge.hooks would
+    site.write_env(SKB_PYTHON=python)
     done = site.run("resume", "c1")
     assert done.returncode == 1
-    assert site.scontrol_calls()[:3] == ["update", "nodename=c1", "state=down"]
-    assert site.scontrol_calls()[3].startswith("reason=k8s: HookBroken: no Python at")
+    assert site.scontrol_calls() == down_argv("c1", f"k8s: HookBroken: no Python at {python}")
+    quoted = python.replace('"', '\\"')
+    [line] = site.log_lines()
+    assert line.endswith(
+        f'] resume argv=["c1"] result=HookBroken error="no Python at {quoted}" '
+        f'python="{quoted}" action=scontrol-state=down'
+    ), line
 
 
-@pytest.mark.parametrize(
-    ("name", "args"),
-    [
-        ("resume", ()),
-        ("resume", ("c1", "c2")),
-        ("node_event", ("c1",)),
-        ("node_event", ("boom", "c1")),
-    ],
-)
-def test_usage_errors(site: Site, name: str, args: tuple[str, ...]) -> None:
-    done = site.run(name, *args)
-    assert done.returncode == 2
-    assert "usage" in done.stderr
-    assert site.scontrol_calls() == []
+def down_argv(hostlist: str, reason: str) -> list[str]:
+    return ["update", f"nodename={hostlist}", "state=down", f"reason={reason}"]
 
 
 # --- start-up time --------------------------------------------------------------------------
@@ -333,38 +239,6 @@ def test_event_kinds_agree_with_the_client() -> None:
 
 
 @pytest.mark.parametrize(
-    ("argv", "expected"),
-    [
-        (["resume", "c[1-3]"], hooks.HookCall(kind="resume", hostlist="c[1-3]")),
-        (["suspend", "c1"], hooks.HookCall(kind="suspend", hostlist="c1")),
-        (["resume_fail", "c1"], hooks.HookCall(kind="resume_fail", hostlist="c1")),
-        (
-            ["node_event", "fail", "c1"],
-            hooks.HookCall(kind="node_event", hostlist="c1", event="fail"),
-        ),
-    ],
-)
-def test_parse_argv(argv: list[str], expected: hooks.HookCall) -> None:
-    assert hooks.parse_argv(argv) == expected
-
-
-@pytest.mark.parametrize(
-    "argv",
-    [
-        [],
-        ["reboot", "c1"],
-        ["resume"],
-        ["resume", ""],
-        ["node_event", "down"],
-        ["node_event", "x", "c1"],
-    ],
-)
-def test_parse_argv_rejects(argv: list[str]) -> None:
-    with pytest.raises(hooks.UsageError):
-        hooks.parse_argv(argv)
-
-
-@pytest.mark.parametrize(
     ("env", "expected"),
     [
         ({}, hooks.HookSettings()),
@@ -373,7 +247,13 @@ def test_parse_argv_rejects(argv: list[str]) -> None:
             hooks.HookSettings(target="unix:/s", slurm_bin="/opt/slurm/bin", log_path=""),
         ),
         ({"SKB_TIMEOUT_S": "0.5"}, hooks.HookSettings(timeout_s=0.5)),
-        ({"SKB_TIMEOUT_S": "soon"}, hooks.HookSettings()),
+        ({"SKB_TIMEOUT_S": " 3\t"}, hooks.HookSettings(timeout_s=3)),
+        ({"SKB_TIMEOUT_S": ".5"}, hooks.HookSettings(timeout_s=0.5)),
+        ({"SKB_TIMEOUT_S": "3600"}, hooks.HookSettings(timeout_s=3600)),
+        *(
+            ({"SKB_TIMEOUT_S": typo}, hooks.HookSettings())
+            for typo in ("3601", "0", "-1", ".", "1.2.3", "1_0", "1e1", "inf", "soon", "0x10")
+        ),
         ({"SKB_TLS_CERT": "c", "SKB_TLS_KEY": "k"}, hooks.HookSettings()),
         (
             {"SKB_TLS_CERT": "c", "SKB_TLS_KEY": "k", "SKB_TLS_CA": "a"},
@@ -385,14 +265,30 @@ def test_settings_from_env(env: dict[str, str], expected: hooks.HookSettings) ->
     assert hooks.HookSettings.from_env(env) == expected
 
 
-def test_read_resume_file(tmp_path: Path) -> None:
-    path = tmp_path / "r.json"
-    path.write_text('{"all_nodes":"c1"}')
-    assert hooks.read_resume_file({"SLURM_RESUME_FILE": str(path)}) == ('{"all_nodes":"c1"}', "")
-    assert hooks.read_resume_file({}) == ("", "no SLURM_RESUME_FILE")
-    contents, note = hooks.read_resume_file({"SLURM_RESUME_FILE": str(tmp_path / "gone")})
-    assert contents == ""
-    assert "cannot read" in note
+@pytest.mark.parametrize(
+    ("value", "written"),
+    [
+        # The same as slurm_plugins/hookclient/hook_test.go's TestLogValue.
+        ("", '""'),
+        ("c[1-3],gpu-[01-02]", "c[1-3],gpu-[01-02]"),
+        ("scontrol-state=down", "scontrol-state=down"),
+        ("no SLURM_RESUME_FILE", '"no SLURM_RESUME_FILE"'),
+        ("it's", '"it\'s"'),
+        ('say "hi" \\ bye', '"say \\"hi\\" \\\\ bye"'),
+        ("tab\tnl\ncr\r\b\f", '"tab\\tnl\\ncr\\r\\b\\f"'),
+        ("\x00\x1f\x7f\x85\x9f\xa0", '"\\u0000\\u001f\\u007f\\u0085\\u009f\xa0"'),
+        ("é 日本 \u2028\u2029 \U0001f600", '"é 日本 \\u2028\\u2029 \U0001f600"'),
+        (os.fsdecode(b"bad\xffbyte\xe2\x82"), '"bad\\udcffbyte\\udce2\\udc82"'),
+        ("\ufffd", '"\ufffd"'),
+    ],
+)
+def test_log_value(value: str, written: str) -> None:
+    assert hooks.log_value(value) == written
+
+
+def test_log_list() -> None:
+    assert hooks.log_list(["resume", "a b", 'x"y']) == '["resume","a b","x\\"y"]'
+    assert hooks.log_list([]) == "[]"
 
 
 # --- strigger-setup.sh, against a fake strigger -----------------------------------------------
@@ -508,10 +404,10 @@ def test_too_old_python_marks_resume_down_and_logs(site: Site) -> None:
         "reason=k8s: HookBroken: Python 3.9 is older than 3.11",
     ]
     [line] = site.log_lines()
-    assert "resume args='c[1-2]' result=HookBroken" in line
-    assert "error='Python 3.9 is older than 3.11'" in line
-    assert f"python={stub}" in line
-    assert "action=scontrol-state=down" in line
+    assert line.endswith(
+        f'] resume argv=["c[1-2]"] result=HookBroken error="Python 3.9 is older than 3.11" '
+        f"python={stub} action=scontrol-state=down"
+    ), line
     assert line in done.stderr
 
 
