@@ -84,6 +84,8 @@ class PodView:
     holdup: PodHoldup | None = None
     #: ``metadata.deletionTimestamp``: when the kubelet's grace period for the pod ends.
     deletion_deadline: datetime | None = None
+    #: ``metadata.deletionGracePeriodSeconds``; 0 once a force delete was made (by us or anyone).
+    deletion_grace_s: int | None = None
     namespace: str = ""
     #: What the pod shows of its node's Slurm state: the :data:`LABEL_SLURM_STATE` label ("" when
     #: absent) and the :data:`CONDITION_REGISTERED` condition (None when absent).
@@ -168,6 +170,10 @@ def _registered(status: Mapping[str, Any]) -> bool | None:
     return None if value not in ("True", "False") else value == "True"
 
 
+def _grace(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def pod_view(manifest: Mapping[str, Any]) -> PodView:
     """Build a :class:`PodView` from a pod manifest (API JSON, camelCase keys)."""
     metadata = manifest.get("metadata") or {}
@@ -193,6 +199,7 @@ def pod_view(manifest: Mapping[str, Any]) -> PodView:
         uid=str(metadata.get("uid") or ""),
         holdup=None if failure is not None else pod_holdup(status, created_at),
         deletion_deadline=_parse_time(deletion) if isinstance(deletion, str) else None,
+        deletion_grace_s=_grace(metadata.get("deletionGracePeriodSeconds")),
         namespace=str(metadata.get("namespace") or ""),
         slurm_state=str(labels.get(LABEL_SLURM_STATE) or ""),
         registered=_registered(status),

@@ -296,6 +296,10 @@ def _plan_rollout(node: SlurmNode, pod: PodView | None, current_hash: str) -> li
 def _plan_stuck(pod: PodView | None, now: datetime, guards: Guards) -> list[Action]:
     if pod is None or not pod.deleting or pod.deletion_deadline is None:
         return []
+    if pod.deletion_grace_s == 0:
+        # Force-deleted already: what keeps the pod now is a finalizer, which no second force
+        # delete (and its Warning Event, every pass) removes. Its owner has to act.
+        return []
     overdue = now - pod.deletion_deadline
     if overdue < guards.terminating_margin:
         return []

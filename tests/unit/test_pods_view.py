@@ -289,6 +289,18 @@ def test_deletion_deadline_and_uid_are_read() -> None:
     assert view.uid == "u-1"
     assert view.deletion_deadline == datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
     assert view.holdup is None
+    assert view.deletion_grace_s is None
+
+
+@pytest.mark.parametrize(
+    ("value", "grace"),
+    [(30, 30), (0, 0), ("0", None), (True, None), (None, None)],
+    ids=["graceful", "forced", "text", "bool", "absent"],
+)
+def test_the_deletion_grace_period_is_read(value: object, grace: int | None) -> None:
+    metadata = {} if value is None else {"deletionGracePeriodSeconds": value}
+    view = pod_view(manifest({"phase": "Running"}, deleting=True, **metadata))
+    assert view.deletion_grace_s == grace
 
 
 def test_pod_view_reads_the_manifest() -> None:

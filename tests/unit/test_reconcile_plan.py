@@ -86,6 +86,7 @@ def pod(
     overdue_s: float | None = None,
     ip: str | None = None,
     host: str = "",
+    deletion_grace_s: int | None = None,
 ) -> PodView:
     """A pod of ours created ``age_s`` seconds before ``NOW``; ``overdue_s``: how long ago its
     deletion grace period ended."""
@@ -102,6 +103,7 @@ def pod(
         uid=uid,
         holdup=holdup,
         deletion_deadline=deadline,
+        deletion_grace_s=deletion_grace_s,
         host=host,
     )
 
@@ -621,6 +623,14 @@ CASES = [
                 "kubelet gone?)",
             )
         ],
+    ),
+    Case(
+        # A finalizer holds it after a force delete: a second one would change nothing but add
+        # a Warning Event every pass.
+        "orphan-held-by-a-finalizer-after-force-delete:leave-it",
+        [],
+        [pod("cpu-3", deleting=True, failure=DELETED, uid="u-9", overdue_s=60, deletion_grace_s=0)],
+        [],
     ),
     Case(
         "down-our-reason+job-completing+pod:keep-the-pod-until-slurm-is-done",
