@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import NoReturn, Protocol
 
 import grpc
@@ -76,8 +77,9 @@ class BridgeUseCases(Protocol):
         """React to a strigger node event (``kind``: down, drain, fail, up, idle)."""
         ...
 
-    def list_nodes(self, hostlist: str) -> list[NodeStatus]:
-        """Slurm and Kubernetes state of ``hostlist`` (every pool's nodes when empty)."""
+    def list_nodes(self, hostlist: str, stuck_after: timedelta | None = None) -> list[NodeStatus]:
+        """Slurm and Kubernetes state of ``hostlist`` (every pool's nodes when empty), each
+        judged stuck or not after ``stuck_after`` (None: the default)."""
         ...
 
     def pool_status(self) -> list[PoolBreakerStatus]:
@@ -210,7 +212,8 @@ class BridgeServicer(pb_grpc.BridgeServicer):
         start = time.monotonic()
         try:
             self._check_caller(context)
-            nodes = self._use_cases.list_nodes(request.hostlist)
+            after = timedelta(seconds=request.stuck_after_s) if request.stuck_after_s else None
+            nodes = self._use_cases.list_nodes(request.hostlist, after)
         except Exception as e:  # every failure must become a status, not a stack trace
             self._abort(
                 context, rpc="ListNodes", rid=rid, hostlist=request.hostlist, exc=e, start=start

@@ -9,6 +9,7 @@ bridge or a terminal.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -305,7 +306,9 @@ def show_status(target: str, args: argparse.Namespace) -> int:
 
         def fetch() -> list[NodeStatus]:
             # Every node, filtered here: an unknown pool is then told from an empty one.
-            return client.list_nodes("")
+            # Whole seconds on the wire, never 0 (the bridge's "default").
+            after_s = max(1, math.ceil(opts.stuck_after.total_seconds()))
+            return client.list_nodes("", after_s)
 
         if opts.watch is None:
             code = status_once(opts, fetch, sys.stdout, sys.stderr, datetime.now(UTC))

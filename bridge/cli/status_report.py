@@ -225,6 +225,19 @@ def as_json(
     }
 
 
+def judged_stuck(
+    rows: Sequence[NodeStatus],
+    now: datetime,
+    opts: StatusOptions,
+    seen: Mapping[str, Sighting] | None = None,
+) -> list[Stuck]:
+    """The stuck nodes among ``rows``: as the bridge judged them (it times each node over its
+    calls), or, for an older bridge's answer, judged here from the rows and ``seen``."""
+    if rows and all(r.stuck is not None for r in rows):
+        return [Stuck(r.node, r.pool, r.stuck) for r in rows if r.stuck]
+    return find_stuck(rows, now, opts.stuck_after, seen)
+
+
 def render(
     rows: Sequence[NodeStatus],
     opts: StatusOptions,
@@ -232,7 +245,7 @@ def render(
     seen: Mapping[str, Sighting] | None = None,
 ) -> tuple[str, list[Stuck]]:
     """One frame of output for the selected ``rows`` and the stuck nodes among them."""
-    stuck = find_stuck(rows, now, opts.stuck_after, seen)
+    stuck = judged_stuck(rows, now, opts, seen)
     if opts.json:
         indent = None if opts.watch is not None else 2  # watch: one document per line
         return json.dumps(as_json(rows, stuck, now, opts), indent=indent), stuck

@@ -58,6 +58,9 @@ class NodeStatus:
     #: Slurm's node as the bridge read it (base state, flags, reason and its time); None when
     #: Slurm does not know the node, or from a bridge older than these fields on the wire.
     slurm_node: SlurmNode | None = None
+    #: Why the bridge judges the node stuck ("": it is not); None when no bridge judged it (an
+    #: answer of a bridge older than the judgement on the server).
+    stuck: str | None = None
 
     @property
     def slurm_view(self) -> SlurmNode:

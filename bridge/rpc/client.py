@@ -160,9 +160,10 @@ class BridgeClient:
         resp = self._call(lambda t: self._stub.NodeEvent(req, timeout=t))
         return [result_from_pb(r) for r in resp.results]
 
-    def list_nodes(self, hostlist: str = "") -> list[NodeStatus]:
-        """ListNodes: Slurm and pod state side by side; empty ``hostlist`` means every node."""
-        req = pb.ListNodesRequest(hostlist=hostlist)
+    def list_nodes(self, hostlist: str = "", stuck_after_s: int = 0) -> list[NodeStatus]:
+        """ListNodes: Slurm and pod state side by side, and whether the bridge judges each node
+        stuck after ``stuck_after_s`` (0: its default); empty ``hostlist`` means every node."""
+        req = pb.ListNodesRequest(hostlist=hostlist, stuck_after_s=stuck_after_s)
         resp = self._call(lambda t: self._stub.ListNodes(req, timeout=t))
         return [status_from_pb(n) for n in resp.nodes]
 

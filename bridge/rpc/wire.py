@@ -91,6 +91,8 @@ def status_to_pb(s: NodeStatus) -> pb.NodeStatus:
     )
     if s.since is not None:
         msg.since.FromDatetime(s.since)
+    if s.stuck is not None:
+        msg.stuck = s.stuck
     if s.slurm_node is not None:
         msg.base_state = s.slurm_node.state
         msg.state_flags.extend(sorted(s.slurm_node.flags))
@@ -123,6 +125,7 @@ def status_from_pb(n: pb.NodeStatus) -> NodeStatus:
         template_hash=n.template_hash,
         pool_template_hash=n.pool_template_hash,
         slurm_node=slurm_node,
+        stuck=n.stuck if n.HasField("stuck") else None,
     )
 
 

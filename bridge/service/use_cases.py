@@ -42,6 +42,7 @@ from bridge.domain.reconcile import (
 )
 from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
 from bridge.domain.resume_file import jobs_by_node
+from bridge.domain.stuck import DEFAULT_AFTER, Sighting, find_stuck, track
 from bridge.domain.verdict import ScaleUpEvent, judge_refusal
 from bridge.errors import (
     BridgeError,
@@ -106,6 +107,10 @@ class BridgeService:
         )
         # One reconcile pass at a time; RPCs and the loop may both ask for one.
         self._reconcile_lock = threading.Lock()
+        #: When each pool node was first seen in its current state and phase (``status`` calls),
+        #: so that a stuck case with no clock of its own is judged on a one-shot call too.
+        self._sightings: dict[str, Sighting] = {}
+        self._sightings_lock = threading.Lock()
         #: Creates for the resumes answered before their pods exist (accept_resume).
         self.resumes = ResumeDispatcher()
         #: Sets failed nodes DOWN, and for a fail-fast comments and releases their jobs.
@@ -483,13 +488,23 @@ class BridgeService:
 
     # -- status ----------------------------------------------------------------------------------
 
-    def list_nodes(self, hostlist: str) -> list[NodeStatus]:
-        """Slurm's state and the pod side by side, for every pool node (or the hostlist's)."""
+    def list_nodes(self, hostlist: str, stuck_after: timedelta | None = None) -> list[NodeStatus]:
+        """Slurm's state and the pod side by side, for every pool node (or the hostlist's), each
+        judged stuck or not after ``stuck_after`` (None: :data:`DEFAULT_AFTER`). A case with no
+        clock of its own is timed from when this bridge first saw the node so (earlier calls)."""
         wanted = set(expand(hostlist)) if hostlist.strip() else set(self.config.pools.all_nodes())
         pods, _ = self.pod_views.list_pods()
-        return node_statuses(
+        rows = node_statuses(
             wanted, self.slurm.list_nodes(), pods, self.config.pools, self.template_hashes
         )
+        now = self.clock()
+        with self._sightings_lock:
+            seen = {**self._sightings, **track(self._sightings, rows, now)}
+            # Only pool nodes are remembered: the map stays as large as the pools.
+            self._sightings = {n: s for n, s in seen.items() if self.config.pools.owns(n)}
+            stuck = find_stuck(rows, now, stuck_after or DEFAULT_AFTER, self._sightings)
+        why = {s.node: s.why for s in stuck}
+        return [dataclasses.replace(r, stuck=why.get(r.node, "")) for r in rows]
 
 
 def template_hashes(config: BridgeConfig) -> dict[str, str]:

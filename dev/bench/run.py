@@ -31,6 +31,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,7 +87,7 @@ class NoOp:
     ) -> list[NodeResult]:
         return self.resume(hostlist, "", request_id)
 
-    def list_nodes(self, hostlist: str) -> list[NodeStatus]:
+    def list_nodes(self, hostlist: str, stuck_after: timedelta | None = None) -> list[NodeStatus]:
         return []
 
     def pool_status(self) -> list[PoolBreakerStatus]:

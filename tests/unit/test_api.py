@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
@@ -90,8 +90,10 @@ class FakeUseCases:
     ) -> list[NodeResult]:
         return self._answer("node_event", hostlist, kind, reason, request_id)
 
-    def list_nodes(self, hostlist: str) -> list[NodeStatus]:
-        self.calls.append(("list_nodes", (hostlist,)))
+    def list_nodes(self, hostlist: str, stuck_after: timedelta | None = None) -> list[NodeStatus]:
+        self.calls.append(
+            ("list_nodes", (hostlist,) if stuck_after is None else (hostlist, stuck_after))
+        )
         if self.error is not None:
             raise self.error
         return self.statuses

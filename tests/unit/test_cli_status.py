@@ -7,6 +7,7 @@ real gRPC server on a Unix socket (and a socket nobody listens on).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 from collections.abc import Callable, Sequence
@@ -325,7 +326,29 @@ def test_main_against_a_real_server(tmp_path: Path, capsys: pytest.CaptureFixtur
     finally:
         server.stop(None)
     # The whole list is asked for and filtered here (so an unknown pool is told from an empty).
-    assert fake.calls == [("list_nodes", ("",))] * 3
+    assert fake.calls == [("list_nodes", ("", timedelta(seconds=300)))] * 3
+
+
+def test_the_bridges_judgement_is_the_answer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The bridge judged every row: its verdict is shown whatever the rows alone would say here.
+    judged = [dataclasses.replace(r, stuck="") for r in ROWS]
+    judged[0] = dataclasses.replace(judged[0], stuck="Slurm powering up, no pod for 400s (> 300s)")
+    fake = FakeUseCases(statuses=judged)
+    sock = tmp_path / "b.sock"
+    server = build_server(fake, unix_socket=str(sock), socket_mode=0o600, max_workers=2)
+    server.start()
+    try:
+        code = main(["status", "--socket", f"unix:{sock}", "-q", "--stuck-after", "0.5"])
+    finally:
+        server.stop(None)
+    assert code == EXIT_STUCK
+    assert capsys.readouterr().out.splitlines() == [
+        f"{judged[0].node}  Slurm powering up, no pod for 400s (> 300s)"
+    ]
+    # Under a second still asks for one (0 would mean the bridge's default).
+    assert fake.calls == [("list_nodes", ("", timedelta(seconds=1)))]
 
 
 def test_main_without_a_bridge(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,7 +8,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
@@ -88,7 +88,7 @@ class ScriptedUseCases:
     ) -> list[NodeResult]:
         return self._answer()
 
-    def list_nodes(self, hostlist: str) -> list[NodeStatus]:
+    def list_nodes(self, hostlist: str, stuck_after: timedelta | None = None) -> list[NodeStatus]:
         self._answer()
         return []
 

@@ -439,9 +439,19 @@ def test_list_nodes_puts_both_views_side_by_side() -> None:
             started,
             pool_template_hash=cpu,
             slurm_node=cpu_0,
+            stuck="",
         ),
         NodeStatus(
-            "cpu-1", "cpu", "idle~", "", "", "", None, pool_template_hash=cpu, slurm_node=cpu_1
+            "cpu-1",
+            "cpu",
+            "idle~",
+            "",
+            "",
+            "",
+            None,
+            pool_template_hash=cpu,
+            slurm_node=cpu_1,
+            stuck="",
         ),
         NodeStatus(
             "cpu-2",
@@ -453,13 +463,35 @@ def test_list_nodes_puts_both_views_side_by_side() -> None:
             None,
             pool_template_hash=cpu,
             slurm_node=cpu_2,
+            stuck="k8s: NoCapacity: full",
         ),
         NodeStatus(
-            "cpu-3", "cpu", "", "Terminating", "10.0.0.1", "", started, pool_template_hash=cpu
+            "cpu-3",
+            "cpu",
+            "",
+            "Terminating",
+            "10.0.0.1",
+            "",
+            started,
+            pool_template_hash=cpu,
+            stuck="",
         ),
-        NodeStatus("gpu-0", "gpu", "", "", "", "", None, pool_template_hash=gpu),
-        NodeStatus("gpu-1", "gpu", "", "", "", "", None, pool_template_hash=gpu),
+        NodeStatus("gpu-0", "gpu", "", "", "", "", None, pool_template_hash=gpu, stuck=""),
+        NodeStatus("gpu-1", "gpu", "", "", "", "", None, pool_template_hash=gpu, stuck=""),
     ]
+
+
+def test_the_bridge_times_what_has_no_clock_of_its_own_over_its_calls() -> None:
+    w = World(*powering_up("cpu-0"))
+    w.pods.create_errors["cpu-0"] = TransientBackendError("apiserver down")  # no pod gets made
+    w.service.resume("cpu-0", "", "r1")
+    [first] = w.service.list_nodes("cpu-0")
+    assert first.stuck == ""  # first seen like this now: no age yet
+    w.now = NOW + timedelta(seconds=400)
+    [later] = w.service.list_nodes("cpu-0", timedelta(seconds=300))
+    assert later.stuck == "Slurm powering up, no pod for 400s (> 300s)"
+    [strict] = w.service.list_nodes("cpu-0", timedelta(seconds=500))
+    assert strict.stuck == ""
 
 
 def test_list_nodes_of_a_hostlist_includes_what_slurm_knows_and_skips_the_rest() -> None:

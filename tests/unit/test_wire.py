@@ -115,3 +115,11 @@ def test_a_status_from_an_older_bridge_is_read_from_its_compact_state() -> None:
     back = status_from_pb(msg)
     assert back.slurm_node is None
     assert back.slurm_view.is_powered_down
+
+
+@pytest.mark.parametrize("stuck", ["", "pod Failed", None], ids=["not-stuck", "stuck", "unjudged"])
+def test_the_bridges_stuck_judgement_round_trips(stuck: str | None) -> None:
+    status = NodeStatus("c1", "cpu", "idle", "Failed", "", "", None, stuck=stuck)
+    msg = status_to_pb(status)
+    assert msg.HasField("stuck") == (stuck is not None)
+    assert status_from_pb(msg).stuck == stuck

@@ -864,7 +864,10 @@ func (x *NodeEventResponse) GetRequestId() string {
 type ListNodesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only these nodes; empty: every node of every configured pool.
-	Hostlist      string `protobuf:"bytes,1,opt,name=hostlist,proto3" json:"hostlist,omitempty"`
+	Hostlist string `protobuf:"bytes,1,opt,name=hostlist,proto3" json:"hostlist,omitempty"`
+	// How long Slurm's and Kubernetes' views of a node may disagree before the bridge calls the
+	// node stuck (`NodeStatus.stuck`), in seconds; 0: 300.
+	StuckAfterS   uint32 `protobuf:"varint,2,opt,name=stuck_after_s,json=stuckAfterS,proto3" json:"stuck_after_s,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -906,6 +909,13 @@ func (x *ListNodesRequest) GetHostlist() string {
 	return ""
 }
 
+func (x *ListNodesRequest) GetStuckAfterS() uint32 {
+	if x != nil {
+		return x.StuckAfterS
+	}
+	return 0
+}
+
 // One node as Slurm and Kubernetes see it.
 type NodeStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -938,7 +948,12 @@ type NodeStatus struct {
 	StateFlags []string `protobuf:"bytes,11,rep,name=state_flags,json=stateFlags,proto3" json:"state_flags,omitempty"`
 	// When Slurm set the node's current `reason`; unset without a reason or when Slurm does not
 	// say (22.05 without `reason_changed_at`).
-	ReasonSince   *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=reason_since,json=reasonSince,proto3" json:"reason_since,omitempty"`
+	ReasonSince *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=reason_since,json=reasonSince,proto3" json:"reason_since,omitempty"`
+	// Why the bridge judges the node stuck: the two views disagree for longer than
+	// `stuck_after_s` (timed from the node's own clocks, or from when the bridge first saw the
+	// node so over its passes and earlier calls), or a failure someone has to look at. Empty:
+	// not stuck. Unset only in answers of a bridge older than this field.
+	Stuck         *string `protobuf:"bytes,13,opt,name=stuck,proto3,oneof" json:"stuck,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1055,6 +1070,13 @@ func (x *NodeStatus) GetReasonSince() *timestamppb.Timestamp {
 		return x.ReasonSince
 	}
 	return nil
+}
+
+func (x *NodeStatus) GetStuck() string {
+	if x != nil && x.Stuck != nil {
+		return *x.Stuck
+	}
+	return ""
 }
 
 type ListNodesResponse struct {
@@ -1457,9 +1479,10 @@ const file_slurm_k8s_bridge_v1_bridge_proto_rawDesc = "" +
 	"\x11NodeEventResponse\x129\n" +
 	"\aresults\x18\x01 \x03(\v2\x1f.slurm_k8s_bridge.v1.NodeResultR\aresults\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\".\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"R\n" +
 	"\x10ListNodesRequest\x12\x1a\n" +
-	"\bhostlist\x18\x01 \x01(\tR\bhostlist\"\xa5\x03\n" +
+	"\bhostlist\x18\x01 \x01(\tR\bhostlist\x12\"\n" +
+	"\rstuck_after_s\x18\x02 \x01(\rR\vstuckAfterS\"\xca\x03\n" +
 	"\n" +
 	"NodeStatus\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
@@ -1477,7 +1500,9 @@ const file_slurm_k8s_bridge_v1_bridge_proto_rawDesc = "" +
 	" \x01(\tR\tbaseState\x12\x1f\n" +
 	"\vstate_flags\x18\v \x03(\tR\n" +
 	"stateFlags\x12=\n" +
-	"\freason_since\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\vreasonSince\"J\n" +
+	"\freason_since\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\vreasonSince\x12\x19\n" +
+	"\x05stuck\x18\r \x01(\tH\x00R\x05stuck\x88\x01\x01B\b\n" +
+	"\x06_stuck\"J\n" +
 	"\x11ListNodesResponse\x125\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x1f.slurm_k8s_bridge.v1.NodeStatusR\x05nodes\"\xb3\x02\n" +
 	"\vPoolBreaker\x12\x12\n" +
@@ -1620,6 +1645,7 @@ func file_slurm_k8s_bridge_v1_bridge_proto_init() {
 	if File_slurm_k8s_bridge_v1_bridge_proto != nil {
 		return
 	}
+	file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -25,21 +25,21 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n slurm_k8s_bridge/v1/bridge.proto\x12\x13slurm_k8s_bridge.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x90\x01\n\nNodeResult\x12\x0c\n\x04node\x18\x01 \x01(\t\x12-\n\x07outcome\x18\x02 \x01(\x0e\x32\x1c.slurm_k8s_bridge.v1.Outcome\x12\x34\n\x0b\x65rror_class\x18\x03 \x01(\x0e\x32\x1f.slurm_k8s_bridge.v1.ErrorClass\x12\x0f\n\x07message\x18\x04 \x01(\t\"]\n\x12ResumeNodesRequest\x12\x10\n\x08hostlist\x18\x01 \x01(\t\x12\x13\n\x0bresume_file\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x0c\n\x04wait\x18\x04 \x01(\x08\"[\n\x13ResumeNodesResponse\x12\x30\n\x07results\x18\x01 \x03(\x0b\x32\x1f.slurm_k8s_bridge.v1.NodeResult\x12\x12\n\nrequest_id\x18\x02 \x01(\t\";\n\x13SuspendNodesRequest\x12\x10\n\x08hostlist\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"\\\n\x14SuspendNodesResponse\x12\x30\n\x07results\x18\x01 \x03(\x0b\x32\x1f.slurm_k8s_bridge.v1.NodeResult\x12\x12\n\nrequest_id\x18\x02 \x01(\t\";\n\x13ResumeFailedRequest\x12\x10\n\x08hostlist\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"\\\n\x14ResumeFailedResponse\x12\x30\n\x07results\x18\x01 \x03(\x0b\x32\x1f.slurm_k8s_bridge.v1.NodeResult\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"z\n\x10NodeEventRequest\x12\x30\n\x04kind\x18\x01 \x01(\x0e\x32\".slurm_k8s_bridge.v1.NodeEventKind\x12\x10\n\x08hostlist\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"Y\n\x11NodeEventResponse\x12\x30\n\x07results\x18\x01 \x03(\x0b\x32\x1f.slurm_k8s_bridge.v1.NodeResult\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"$\n\x10ListNodesRequest\x12\x10\n\x08hostlist\x18\x01 \x01(\t\"\xa9\x02\n\nNodeStatus\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x13\n\x0bslurm_state\x18\x03 \x01(\t\x12\x11\n\tpod_phase\x18\x04 \x01(\t\x12\x0e\n\x06pod_ip\x18\x05 \x01(\t\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12)\n\x05since\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rtemplate_hash\x18\x08 \x01(\t\x12\x1a\n\x12pool_template_hash\x18\t \x01(\t\x12\x12\n\nbase_state\x18\n \x01(\t\x12\x13\n\x0bstate_flags\x18\x0b \x03(\t\x12\x30\n\x0creason_since\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"C\n\x11ListNodesResponse\x12.\n\x05nodes\x18\x01 \x03(\x0b\x32\x1f.slurm_k8s_bridge.v1.NodeStatus\"\xe2\x01\n\x0bPoolBreaker\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x30\n\x05state\x18\x02 \x01(\x0e\x32!.slurm_k8s_bridge.v1.BreakerState\x12\x10\n\x08\x66\x61ilures\x18\x03 \x01(\r\x12\x10\n\x08window_s\x18\x04 \x01(\x01\x12\x0f\n\x07pause_s\x18\x05 \x01(\x01\x12\x17\n\x0frecent_failures\x18\x06 \x01(\r\x12\x30\n\x0cpaused_until\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0blast_reason\x18\x08 \x01(\t\"\x12\n\x10ListPoolsRequest\"D\n\x11ListPoolsResponse\x12/\n\x05pools\x18\x01 \x03(\x0b\x32 .slurm_k8s_bridge.v1.PoolBreaker\"5\n\x11ResumePoolRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"l\n\x12ResumePoolResponse\x12.\n\x04pool\x18\x01 \x01(\x0b\x32 .slurm_k8s_bridge.v1.PoolBreaker\x12\x12\n\nwas_paused\x18\x02 \x01(\x08\x12\x12\n\nrequest_id\x18\x03 \x01(\t*r\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x0e\n\nOUTCOME_OK\x10\x01\x12\x14\n\x10OUTCOME_REJECTED\x10\x02\x12\x12\n\x0eOUTCOME_FAILED\x10\x03\x12\x14\n\x10OUTCOME_ACCEPTED\x10\x04*\xab\x01\n\nErrorClass\x12\x14\n\x10\x45RROR_CLASS_NONE\x10\x00\x12\x17\n\x13\x45RROR_CLASS_INVALID\x10\x01\x12\x1c\n\x18\x45RROR_CLASS_UNKNOWN_NODE\x10\x02\x12\x1b\n\x17\x45RROR_CLASS_NO_CAPACITY\x10\x03\x12\x19\n\x15\x45RROR_CLASS_TRANSIENT\x10\x04\x12\x18\n\x14\x45RROR_CLASS_INTERNAL\x10\x05*\xb1\x01\n\rNodeEventKind\x12\x1f\n\x1bNODE_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x18\n\x14NODE_EVENT_KIND_DOWN\x10\x01\x12\x19\n\x15NODE_EVENT_KIND_DRAIN\x10\x02\x12\x18\n\x14NODE_EVENT_KIND_FAIL\x10\x03\x12\x16\n\x12NODE_EVENT_KIND_UP\x10\x04\x12\x18\n\x14NODE_EVENT_KIND_IDLE\x10\x05*\x93\x01\n\x0c\x42reakerState\x12\x1d\n\x19\x42REAKER_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11\x42REAKER_STATE_OFF\x10\x01\x12\x18\n\x14\x42REAKER_STATE_CLOSED\x10\x02\x12\x16\n\x12\x42REAKER_STATE_OPEN\x10\x03\x12\x1b\n\x17\x42REAKER_STATE_HALF_OPEN\x10\x04\x32\xa7\x05\n\x06\x42ridge\x12`\n\x0bResumeNodes\x12\'.slurm_k8s_bridge.v1.ResumeNodesRequest\x1a(.slurm_k8s_bridge.v1.ResumeNodesResponse\x12\x63\n\x0cSuspendNodes\x12(.slurm_k8s_bridge.v1.SuspendNodesRequest\x1a).slurm_k8s_bridge.v1.SuspendNodesResponse\x12\x63\n\x0cResumeFailed\x12(.slurm_k8s_bridge.v1.ResumeFailedRequest\x1a).slurm_k8s_bridge.v1.ResumeFailedResponse\x12Z\n\tNodeEvent\x12%.slurm_k8s_bridge.v1.NodeEventRequest\x1a&.slurm_k8s_bridge.v1.NodeEventResponse\x12Z\n\tListNodes\x12%.slurm_k8s_bridge.v1.ListNodesRequest\x1a&.slurm_k8s_bridge.v1.ListNodesResponse\x12Z\n\tListPools\x12%.slurm_k8s_bridge.v1.ListPoolsRequest\x1a&.slurm_k8s_bridge.v1.ListPoolsResponse\x12]\n\nResumePool\x12&.slurm_k8s_bridge.v1.ResumePoolRequest\x1a\'.slurm_k8s_bridge.v1.ResumePoolResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n slurm_k8s_bridge/v1/bridge.proto\x12\x13slurm_k8s_bridge.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x90\x01\n\nNodeResult\x12\x0c\n\x04node\x18\x01 \x01(\t\x12-\n\x07outcome\x18\x02 \x01(\x0e\x32\x1c.slurm_k8s_bridge.v1.Outcome\x12\x34\n\x0b\x65rror_class\x18\x03 \x01(\x0e\x32\x1f.slurm_k8s_bridge.v1.ErrorClass\x12\x0f\n\x07message\x18\x04 \x01(\t\"]\n\x12ResumeNodesRequest\x12\x10\n\x08hostlist\x18\x01 \x01(\t\x12\x13\n\x0bresume_file\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x0c\n\x04wait\x18\x04 \x01(\x08\"[\n\x13ResumeNodesResponse\x12\x30\n\x07results\x18\x01 \x03(\x0b\x32\x1f.slurm_k8s_bridge.v1.NodeResult\x12\x12\n\nrequest_id\x18\x02 \x01(\t\";\n\x13SuspendNodesRequest\x12\x10\n\x08hostlist\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"\\\n\x14SuspendNodesResponse\x12\x30\n\x07results\x18\x01 \x03(\x0b\x32\x1f.slurm_k8s_bridge.v1.NodeResult\x12\x12\n\nrequest_id\x18\x02 \x01(\t\";\n\x13ResumeFailedRequest\x12\x10\n\x08hostlist\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"\\\n\x14ResumeFailedResponse\x12\x30\n\x07results\x18\x01 \x03(\x0b\x32\x1f.slurm_k8s_bridge.v1.NodeResult\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"z\n\x10NodeEventRequest\x12\x30\n\x04kind\x18\x01 \x01(\x0e\x32\".slurm_k8s_bridge.v1.NodeEventKind\x12\x10\n\x08hostlist\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"Y\n\x11NodeEventResponse\x12\x30\n\x07results\x18\x01 \x03(\x0b\x32\x1f.slurm_k8s_bridge.v1.NodeResult\x12\x12\n\nrequest_id\x18\x02 \x01(\t\";\n\x10ListNodesRequest\x12\x10\n\x08hostlist\x18\x01 \x01(\t\x12\x15\n\rstuck_after_s\x18\x02 \x01(\r\"\xc7\x02\n\nNodeStatus\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x13\n\x0bslurm_state\x18\x03 \x01(\t\x12\x11\n\tpod_phase\x18\x04 \x01(\t\x12\x0e\n\x06pod_ip\x18\x05 \x01(\t\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12)\n\x05since\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rtemplate_hash\x18\x08 \x01(\t\x12\x1a\n\x12pool_template_hash\x18\t \x01(\t\x12\x12\n\nbase_state\x18\n \x01(\t\x12\x13\n\x0bstate_flags\x18\x0b \x03(\t\x12\x30\n\x0creason_since\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\x05stuck\x18\r \x01(\tH\x00\x88\x01\x01\x42\x08\n\x06_stuck\"C\n\x11ListNodesResponse\x12.\n\x05nodes\x18\x01 \x03(\x0b\x32\x1f.slurm_k8s_bridge.v1.NodeStatus\"\xe2\x01\n\x0bPoolBreaker\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x30\n\x05state\x18\x02 \x01(\x0e\x32!.slurm_k8s_bridge.v1.BreakerState\x12\x10\n\x08\x66\x61ilures\x18\x03 \x01(\r\x12\x10\n\x08window_s\x18\x04 \x01(\x01\x12\x0f\n\x07pause_s\x18\x05 \x01(\x01\x12\x17\n\x0frecent_failures\x18\x06 \x01(\r\x12\x30\n\x0cpaused_until\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0blast_reason\x18\x08 \x01(\t\"\x12\n\x10ListPoolsRequest\"D\n\x11ListPoolsResponse\x12/\n\x05pools\x18\x01 \x03(\x0b\x32 .slurm_k8s_bridge.v1.PoolBreaker\"5\n\x11ResumePoolRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"l\n\x12ResumePoolResponse\x12.\n\x04pool\x18\x01 \x01(\x0b\x32 .slurm_k8s_bridge.v1.PoolBreaker\x12\x12\n\nwas_paused\x18\x02 \x01(\x08\x12\x12\n\nrequest_id\x18\x03 \x01(\t*r\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x0e\n\nOUTCOME_OK\x10\x01\x12\x14\n\x10OUTCOME_REJECTED\x10\x02\x12\x12\n\x0eOUTCOME_FAILED\x10\x03\x12\x14\n\x10OUTCOME_ACCEPTED\x10\x04*\xab\x01\n\nErrorClass\x12\x14\n\x10\x45RROR_CLASS_NONE\x10\x00\x12\x17\n\x13\x45RROR_CLASS_INVALID\x10\x01\x12\x1c\n\x18\x45RROR_CLASS_UNKNOWN_NODE\x10\x02\x12\x1b\n\x17\x45RROR_CLASS_NO_CAPACITY\x10\x03\x12\x19\n\x15\x45RROR_CLASS_TRANSIENT\x10\x04\x12\x18\n\x14\x45RROR_CLASS_INTERNAL\x10\x05*\xb1\x01\n\rNodeEventKind\x12\x1f\n\x1bNODE_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x18\n\x14NODE_EVENT_KIND_DOWN\x10\x01\x12\x19\n\x15NODE_EVENT_KIND_DRAIN\x10\x02\x12\x18\n\x14NODE_EVENT_KIND_FAIL\x10\x03\x12\x16\n\x12NODE_EVENT_KIND_UP\x10\x04\x12\x18\n\x14NODE_EVENT_KIND_IDLE\x10\x05*\x93\x01\n\x0c\x42reakerState\x12\x1d\n\x19\x42REAKER_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11\x42REAKER_STATE_OFF\x10\x01\x12\x18\n\x14\x42REAKER_STATE_CLOSED\x10\x02\x12\x16\n\x12\x42REAKER_STATE_OPEN\x10\x03\x12\x1b\n\x17\x42REAKER_STATE_HALF_OPEN\x10\x04\x32\xa7\x05\n\x06\x42ridge\x12`\n\x0bResumeNodes\x12\'.slurm_k8s_bridge.v1.ResumeNodesRequest\x1a(.slurm_k8s_bridge.v1.ResumeNodesResponse\x12\x63\n\x0cSuspendNodes\x12(.slurm_k8s_bridge.v1.SuspendNodesRequest\x1a).slurm_k8s_bridge.v1.SuspendNodesResponse\x12\x63\n\x0cResumeFailed\x12(.slurm_k8s_bridge.v1.ResumeFailedRequest\x1a).slurm_k8s_bridge.v1.ResumeFailedResponse\x12Z\n\tNodeEvent\x12%.slurm_k8s_bridge.v1.NodeEventRequest\x1a&.slurm_k8s_bridge.v1.NodeEventResponse\x12Z\n\tListNodes\x12%.slurm_k8s_bridge.v1.ListNodesRequest\x1a&.slurm_k8s_bridge.v1.ListNodesResponse\x12Z\n\tListPools\x12%.slurm_k8s_bridge.v1.ListPoolsRequest\x1a&.slurm_k8s_bridge.v1.ListPoolsResponse\x12]\n\nResumePool\x12&.slurm_k8s_bridge.v1.ResumePoolRequest\x1a\'.slurm_k8s_bridge.v1.ResumePoolResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'slurm_k8s_bridge.v1.bridge_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_OUTCOME']._serialized_start=1841
-  _globals['_OUTCOME']._serialized_end=1955
-  _globals['_ERRORCLASS']._serialized_start=1958
-  _globals['_ERRORCLASS']._serialized_end=2129
-  _globals['_NODEEVENTKIND']._serialized_start=2132
-  _globals['_NODEEVENTKIND']._serialized_end=2309
-  _globals['_BREAKERSTATE']._serialized_start=2312
-  _globals['_BREAKERSTATE']._serialized_end=2459
+  _globals['_OUTCOME']._serialized_start=1894
+  _globals['_OUTCOME']._serialized_end=2008
+  _globals['_ERRORCLASS']._serialized_start=2011
+  _globals['_ERRORCLASS']._serialized_end=2182
+  _globals['_NODEEVENTKIND']._serialized_start=2185
+  _globals['_NODEEVENTKIND']._serialized_end=2362
+  _globals['_BREAKERSTATE']._serialized_start=2365
+  _globals['_BREAKERSTATE']._serialized_end=2512
   _globals['_NODERESULT']._serialized_start=91
   _globals['_NODERESULT']._serialized_end=235
   _globals['_RESUMENODESREQUEST']._serialized_start=237
@@ -59,21 +59,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NODEEVENTRESPONSE']._serialized_start=859
   _globals['_NODEEVENTRESPONSE']._serialized_end=948
   _globals['_LISTNODESREQUEST']._serialized_start=950
-  _globals['_LISTNODESREQUEST']._serialized_end=986
-  _globals['_NODESTATUS']._serialized_start=989
-  _globals['_NODESTATUS']._serialized_end=1286
-  _globals['_LISTNODESRESPONSE']._serialized_start=1288
-  _globals['_LISTNODESRESPONSE']._serialized_end=1355
-  _globals['_POOLBREAKER']._serialized_start=1358
-  _globals['_POOLBREAKER']._serialized_end=1584
-  _globals['_LISTPOOLSREQUEST']._serialized_start=1586
-  _globals['_LISTPOOLSREQUEST']._serialized_end=1604
-  _globals['_LISTPOOLSRESPONSE']._serialized_start=1606
-  _globals['_LISTPOOLSRESPONSE']._serialized_end=1674
-  _globals['_RESUMEPOOLREQUEST']._serialized_start=1676
-  _globals['_RESUMEPOOLREQUEST']._serialized_end=1729
-  _globals['_RESUMEPOOLRESPONSE']._serialized_start=1731
-  _globals['_RESUMEPOOLRESPONSE']._serialized_end=1839
-  _globals['_BRIDGE']._serialized_start=2462
-  _globals['_BRIDGE']._serialized_end=3141
+  _globals['_LISTNODESREQUEST']._serialized_end=1009
+  _globals['_NODESTATUS']._serialized_start=1012
+  _globals['_NODESTATUS']._serialized_end=1339
+  _globals['_LISTNODESRESPONSE']._serialized_start=1341
+  _globals['_LISTNODESRESPONSE']._serialized_end=1408
+  _globals['_POOLBREAKER']._serialized_start=1411
+  _globals['_POOLBREAKER']._serialized_end=1637
+  _globals['_LISTPOOLSREQUEST']._serialized_start=1639
+  _globals['_LISTPOOLSREQUEST']._serialized_end=1657
+  _globals['_LISTPOOLSRESPONSE']._serialized_start=1659
+  _globals['_LISTPOOLSRESPONSE']._serialized_end=1727
+  _globals['_RESUMEPOOLREQUEST']._serialized_start=1729
+  _globals['_RESUMEPOOLREQUEST']._serialized_end=1782
+  _globals['_RESUMEPOOLRESPONSE']._serialized_start=1784
+  _globals['_RESUMEPOOLRESPONSE']._serialized_end=1892
+  _globals['_BRIDGE']._serialized_start=2515
+  _globals['_BRIDGE']._serialized_end=3194
 # @@protoc_insertion_point(module_scope)

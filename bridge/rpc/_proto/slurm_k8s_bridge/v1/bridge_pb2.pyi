@@ -151,13 +151,15 @@ class NodeEventResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[NodeResult, _Mapping]]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ListNodesRequest(_message.Message):
-    __slots__ = ("hostlist",)
+    __slots__ = ("hostlist", "stuck_after_s")
     HOSTLIST_FIELD_NUMBER: _ClassVar[int]
+    STUCK_AFTER_S_FIELD_NUMBER: _ClassVar[int]
     hostlist: str
-    def __init__(self, hostlist: _Optional[str] = ...) -> None: ...
+    stuck_after_s: int
+    def __init__(self, hostlist: _Optional[str] = ..., stuck_after_s: _Optional[int] = ...) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("node", "pool", "slurm_state", "pod_phase", "pod_ip", "reason", "since", "template_hash", "pool_template_hash", "base_state", "state_flags", "reason_since")
+    __slots__ = ("node", "pool", "slurm_state", "pod_phase", "pod_ip", "reason", "since", "template_hash", "pool_template_hash", "base_state", "state_flags", "reason_since", "stuck")
     NODE_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
     SLURM_STATE_FIELD_NUMBER: _ClassVar[int]
@@ -170,6 +172,7 @@ class NodeStatus(_message.Message):
     BASE_STATE_FIELD_NUMBER: _ClassVar[int]
     STATE_FLAGS_FIELD_NUMBER: _ClassVar[int]
     REASON_SINCE_FIELD_NUMBER: _ClassVar[int]
+    STUCK_FIELD_NUMBER: _ClassVar[int]
     node: str
     pool: str
     slurm_state: str
@@ -182,7 +185,8 @@ class NodeStatus(_message.Message):
     base_state: str
     state_flags: _containers.RepeatedScalarFieldContainer[str]
     reason_since: _timestamp_pb2.Timestamp
-    def __init__(self, node: _Optional[str] = ..., pool: _Optional[str] = ..., slurm_state: _Optional[str] = ..., pod_phase: _Optional[str] = ..., pod_ip: _Optional[str] = ..., reason: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., template_hash: _Optional[str] = ..., pool_template_hash: _Optional[str] = ..., base_state: _Optional[str] = ..., state_flags: _Optional[_Iterable[str]] = ..., reason_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    stuck: str
+    def __init__(self, node: _Optional[str] = ..., pool: _Optional[str] = ..., slurm_state: _Optional[str] = ..., pod_phase: _Optional[str] = ..., pod_ip: _Optional[str] = ..., reason: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., template_hash: _Optional[str] = ..., pool_template_hash: _Optional[str] = ..., base_state: _Optional[str] = ..., state_flags: _Optional[_Iterable[str]] = ..., reason_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stuck: _Optional[str] = ...) -> None: ...
 
 class ListNodesResponse(_message.Message):
     __slots__ = ("nodes",)
