@@ -11,7 +11,16 @@ import time
 import pytest
 from proving_ground.layout import REAL_NODE
 
-from tests.cluster import job_finished, job_restarts, job_state, node, pods, submit, wait_for
+from tests.cluster import (
+    job_finished,
+    job_restarts,
+    job_state,
+    node,
+    pod_condition,
+    pods,
+    submit,
+    wait_for,
+)
 from tests.conftest import ProvingGround, Use
 
 pytestmark = pytest.mark.e2e
@@ -53,6 +62,15 @@ def test_kubectl_drain_waits_for_the_job_and_drains_slurm_first(
     )
     wait_for("job running", lambda: job_state(pg, job) == "RUNNING" or None, 120, every=1)
     assert pods(pg)[NODE]["spec"]["nodeName"] == REAL_NODE
+    # The budget counts Ready pods, and a slurmd pod is Ready once the bridge marked it
+    # registered (its readiness gate). A job may start first (seen in CI: slurmd registered
+    # 0.7 s after the create and the job ran at once): a drain then would evict a pod the
+    # budget does not count yet. Drain a node whose pod the budget protects.
+    wait_for(
+        f"pod {NODE} ready",
+        lambda: pod_condition(pg, NODE, "Ready").get("status") == "True" or None,
+        30,
+    )
     drain = subprocess.Popen(
         pg.kubectl_argv(
             "drain",
@@ -86,6 +104,8 @@ def test_kubectl_drain_waits_for_the_job_and_drains_slurm_first(
         if drain.poll() is None:
             drain.kill()
             drain.wait(timeout=10)
+        if drain.stdout is not None:
+            drain.stdout.close()  # else the pipe's ResourceWarning fails a later test
         pg.kubectl("uncordon", REAL_NODE, check=False)
         # Evicted pods of other pools (none should be running between tests) come back as
         # new resumes; the node must take pods again before the next test.
