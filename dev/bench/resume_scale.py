@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -47,6 +47,8 @@ import urllib3
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+#: A watch stream silent this long is stalled (the server closes each one after 10 s).
+WATCH_READ_TIMEOUT_S = 30.0
 NAMESPACE = "slurm"
 CLUSTER = "bench"
 POOL = "scale"
@@ -114,7 +116,7 @@ class LeanApi:
         )
         return response.status, response.data
 
-    def watch(self, path: str, accept: str) -> Iterator[bytes]:
+    def watch(self, path: str, accept: str) -> Generator[bytes, None, None]:
         """Open a watch (returns once the server answered) and give its events, one JSON line
         each."""
         response = self.pool.request(
@@ -122,17 +124,25 @@ class LeanApi:
             self.server + path,
             headers={**self.auth, "Accept": accept},
             preload_content=False,
-            timeout=urllib3.Timeout(connect=10.0, read=None),
+            # The server ends each watch after timeoutSeconds (10 s) and sends bookmarks; a
+            # stream silent for longer is stalled: the reader lists again (watch_main).
+            timeout=urllib3.Timeout(connect=10.0, read=WATCH_READ_TIMEOUT_S),
         )
         return _lines(response)
 
 
-def _lines(response: Any) -> Iterator[bytes]:
+def _lines(response: Any) -> Generator[bytes, None, None]:
     buffered = b""
-    for chunk in response.read_chunked():
-        buffered += chunk
-        *complete, buffered = buffered.split(b"\n")
-        yield from (line for line in complete if line)
+    try:
+        for chunk in response.read_chunked():
+            buffered += chunk
+            *complete, buffered = buffered.split(b"\n")
+            yield from (line for line in complete if line)
+    finally:
+        # A watch left early (an ERROR event, a stall) must give its pool slot back: the pool
+        # blocks at maxsize, and the next watch would wait for it forever.
+        response.close()
+        response.release_conn()
 
 
 def pods_path(name: str = "", **params: str) -> str:
@@ -183,17 +193,22 @@ def watch_main(kubeconfig: str, selector: str, target: int) -> int:
             # Only now: a contender started earlier would share the CPU with our TLS handshake.
             print("ready", flush=True)
             announced = True
-        for line in events:
-            event = orjson.loads(line)
-            if event["type"] == "ADDED":
-                present.add(event["object"]["metadata"]["name"])
-            elif event["type"] == "DELETED":
-                present.discard(event["object"]["metadata"]["name"])
-            elif event["type"] == "ERROR":
-                break  # e.g. 410 Gone: list again
-            if len(present) == target:
-                print(f"reached {time.monotonic():.6f}", flush=True)
-                return 0
+        try:
+            for line in events:
+                event = orjson.loads(line)
+                if event["type"] == "ADDED":
+                    present.add(event["object"]["metadata"]["name"])
+                elif event["type"] == "DELETED":
+                    present.discard(event["object"]["metadata"]["name"])
+                elif event["type"] == "ERROR":
+                    break  # e.g. 410 Gone: list again
+                if len(present) == target:
+                    print(f"reached {time.monotonic():.6f}", flush=True)
+                    return 0
+        except urllib3.exceptions.HTTPError:
+            pass  # a stalled or broken stream (read timeout, reset): list again
+        finally:
+            events.close()
 
 
 class Watcher:
