@@ -162,6 +162,10 @@ def pods_exist(api: LeanApi, selector: str) -> list[str]:
 # -- the watcher: its own process, so its parsing costs no contender CPU ------------------------
 
 
+def trace(what: str) -> None:
+    print(f"{time.monotonic():.3f} watcher: {what}", file=sys.stderr, flush=True)
+
+
 def watch_main(kubeconfig: str, selector: str, target: int) -> int:
     """Print ``ready`` once watching, then ``reached <monotonic s>`` when exactly ``target`` pods
     match ``selector`` (N for a resume, 0 for a suspend).
@@ -178,6 +182,8 @@ def watch_main(kubeconfig: str, selector: str, target: int) -> int:
             return 1
         listing = orjson.loads(data)
         present = {item["metadata"]["name"] for item in listing["items"] or []}
+        # On stderr (a test shows it when it fails): how far a watcher that never reports got.
+        trace(f"listed {len(present)}/{target} at {listing['metadata']['resourceVersion']}")
         if len(present) == target:
             print(f"{'' if announced else 'ready' + chr(10)}reached {time.monotonic():.6f}")
             return 0
@@ -201,12 +207,15 @@ def watch_main(kubeconfig: str, selector: str, target: int) -> int:
                 elif event["type"] == "DELETED":
                     present.discard(event["object"]["metadata"]["name"])
                 elif event["type"] == "ERROR":
+                    trace(f"watch ERROR {event['object'].get('message', '')!r}")
                     break  # e.g. 410 Gone: list again
                 if len(present) == target:
                     print(f"reached {time.monotonic():.6f}", flush=True)
                     return 0
-        except urllib3.exceptions.HTTPError:
-            pass  # a stalled or broken stream (read timeout, reset): list again
+            trace(f"watch ended with {len(present)}/{target}")
+        except urllib3.exceptions.HTTPError as e:
+            # a stalled or broken stream (read timeout, reset): list again
+            trace(f"watch broke with {len(present)}/{target}: {e}")
         finally:
             events.close()
 
@@ -216,35 +225,50 @@ class Watcher:
 
     def __init__(self, kubeconfig: Path, selector: str, target: int) -> None:
         self.selector = selector
+        # Its trace (stderr) goes into a timed-out count's error, not onto the terminal.
+        self.trace = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed in __exit__)
         self.process = subprocess.Popen(
             [PYTHON, __file__, "--watch", str(kubeconfig), selector, str(target)],
             stdout=subprocess.PIPE,
+            stderr=self.trace,
             text=True,
         )
         assert self.process.stdout is not None
         first = self.process.stdout.readline().strip()
         if first != "ready":
-            self.process.kill()
-            self.process.wait()
-            raise RuntimeError(f"watcher for {selector}: {first or 'no output'}")
+            self._kill()
+            traced = self.traced()
+            self.trace.close()
+            raise RuntimeError(f"watcher for {selector}: {first or 'no output'}\n{traced}")
 
     def __enter__(self) -> Watcher:
         return self
 
     def __exit__(self, *_: object) -> None:
         if self.process.poll() is None:  # the contender failed: nobody waits for the count
-            self.process.kill()
-            self.process.wait()
+            self._kill()
+        self.trace.close()
+
+    def _kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        if self.process.stdout is not None:  # else its ResourceWarning fails a later test
+            self.process.stdout.close()
+
+    def traced(self) -> str:
+        """The watcher's last trace lines (what it listed and how its watches ended)."""
+        self.trace.seek(0)
+        return "".join(self.trace.readlines()[-20:])
 
     def reached(self, timeout_s: float) -> float:
         """The instant (time.monotonic, shared by all processes) the count was reached."""
         try:
             out, _ = self.process.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+            self._kill()
             raise RuntimeError(
-                f"pods {self.selector}: count not reached within {timeout_s:.0f} s"
+                f"pods {self.selector}: count not reached within {timeout_s:.0f} s; "
+                f"the watcher's trace ends:\n{self.traced()}"
             ) from None
         last = out.strip().splitlines()[-1] if out.strip() else "no output"
         if not last.startswith("reached "):
@@ -609,7 +633,10 @@ class Ground:
                     raise RuntimeError(f"resume hook: {line}")
             else:
                 sts_create(self.admin, pods[0], count)
-            create_s = exist.reached(timeout_s) - started
+            try:
+                create_s = exist.reached(timeout_s) - started
+            except RuntimeError as e:
+                raise RuntimeError(f"{e}; {self.shortfall(selector, contender)}") from None
         if contender == "statefulset" and count > STS_SUSPEND_MAX:
             return Timing(contender, count, create_s, None, call_s)
         with Watcher(self.admin_kubeconfig, selector, 0) as gone:
@@ -624,6 +651,14 @@ class Ground:
                 sts_scale(self.admin, 0)
             delete_s = gone.reached(timeout_s) - started
         return Timing(contender, count, create_s, delete_s, call_s)
+
+    def shortfall(self, selector: str, contender: str) -> str:
+        """What a timed-out count saw: the pods present, and the bench bridge's last words."""
+        found = f"{len(pods_exist(self.admin, selector))} pods present"
+        if contender != "bridge":
+            return found
+        lines = self.bridge.log_path.read_text(errors="replace").splitlines()
+        return found + "; the bench bridge's log ends:\n" + "\n".join(lines[-40:])
 
     def hook_samples(self, count: int, samples: int, client: str = "go") -> list[float]:
         """The resume hook's run time (hook.sh with ``client``) for ``samples`` resumes of
