@@ -293,6 +293,36 @@ def _plan_rollout(node: SlurmNode, pod: PodView | None, current_hash: str) -> li
     return [PowerDownAsap(node.name, our_reason("Rollout", change))]
 
 
+def _plan_unpooled(
+    node: SlurmNode, pod: PodView | None, now: datetime, guards: Guards
+) -> list[Action]:
+    """A CLOUD node Slurm knows and no pool owns any more (a reload shrank or removed its pool,
+    or a typo in the hostlist) whose pod is still here: its jobs come first. The node is drained
+    through Slurm, which powers it down once they end; only then does the pod go. Deleting it at
+    once (as an orphan) killed the jobs and left the node DOWN and unmanaged."""
+    if pod is None:
+        return []  # nothing of ours: the node is Slurm's and the admin's alone
+    stuck = _plan_stuck(pod, now, guards)
+    if pod.deleting:
+        return stuck
+    if not node.wants_pod:
+        # Powered down (or on its way, or DOWN): no job needs this slurmd any more. The suspend
+        # itself was refused (no pool owns the node), so the pod goes here.
+        if _older_than(pod.created_at, now, guards.pod_age_guard):
+            return [DeletePod(node.name, "orphan pod: no pool owns it", pod.uid)]
+        return []
+    if node.power_down_queued or node.is_powering_up:
+        # Asked already (by us or an admin), or a job waits for this very pod: in the second
+        # case it is drained once it registered, on a later pass.
+        return []
+    if node.reason and not node.has_our_reason:
+        # An admin's drain or reason stays theirs; Slurm powers an idle drained node down after
+        # SuspendTime anyway, and then the pod goes (above).
+        return []
+    message = "no pool owns it since a configuration change; powered down when its jobs end"
+    return [PowerDownAsap(node.name, our_reason("PoolRemoved", message))]
+
+
 def _plan_stuck(pod: PodView | None, now: datetime, guards: Guards) -> list[Action]:
     if pod is None or not pod.deleting or pod.deletion_deadline is None:
         return []
@@ -422,6 +452,9 @@ def plan(
     for name in sorted(set(nodes) | set(by_node)):
         node, pod = nodes.get(name), by_node.get(name)
         pool = pools.pool_for(name)
+        if node is not None and pool is None:
+            actions.extend(_plan_unpooled(node, pod, now, guards))
+            continue
         if node is None or pool is None:
             if (
                 pod is not None

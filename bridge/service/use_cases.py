@@ -147,7 +147,29 @@ class BridgeService:
             self.template_hashes = template_hashes(config)
             # Last: RPCs read self.config without the lock, and see the old or the new one.
             self.config = config
+            self._warn_unpooled_pods()
             return dict(self.template_hashes)
+
+    def _warn_unpooled_pods(self) -> None:
+        """Say loudly when the new pools leave pods of ours without a pool: a typo in a
+        hostlist is enough, and those nodes are now drained and powered down."""
+        try:
+            pods, _ = self.pod_views.list_pods()
+        except BridgeError as e:
+            log.warning(
+                "config reload: cannot list pods to check for nodes left without a pool: %s", e
+            )
+            return
+        left = sorted(p.node for p in pods if not self.config.pools.owns(p.node))
+        if left:
+            log.warning(
+                "config reload: %d node(s) with pods are in no pool now: %s; they are drained "
+                "through Slurm (k8s: PoolRemoved) and their pods go once their jobs ended and "
+                "Slurm powered them down. If the change was a mistake, restore the pools: the "
+                "drain is lifted when Slurm powers them down, not before",
+                len(left),
+                compress(left),
+            )
 
     # -- hooks -----------------------------------------------------------------------------------
 
@@ -373,11 +395,13 @@ class BridgeService:
         watch-fed cache (``pod_views``), which sees a pod's ADDED event milliseconds after its
         create, long before its slurmd can register.
         """
-        # Only CLOUD nodes a pool owns: a static node that shares a pool's name is never touched.
-        nodes = [
-            n for n in self.slurm.list_nodes() if n.is_cloud and self.config.pools.owns(n.name)
-        ]
+        cloud = [n for n in self.slurm.list_nodes() if n.is_cloud]
         pods, _ = self.pod_views.list_pods()
+        # Only CLOUD nodes (a static node that shares a pool's name is never touched) that a
+        # pool owns, or that still have a pod of ours: a reload that shrank a pool leaves those,
+        # and the plan drains them through Slurm before their pods go.
+        with_pod = {p.node for p in pods}
+        nodes = [n for n in cloud if self.config.pools.owns(n.name) or n.name in with_pod]
         events: list[ScaleUpEvent] = []
         if any(p.holdup is not None and p.holdup.reason == UNSCHEDULABLE for p in pods):
             try:

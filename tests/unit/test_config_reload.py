@@ -255,3 +255,21 @@ def test_the_reconciler_reloads_before_a_pass(tmp_path: Path) -> None:
     assert passed.wait(5)
     reconciler.stop()
     assert calls[:2] == ["reload", "pass"]
+
+
+def test_a_reload_that_drops_a_node_with_a_pod_drains_it_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 29 item 1: the pod of a node no pool owns any more is not deleted as an orphan
+    under its jobs; the node is drained through Slurm and the reload warns, naming it."""
+    setup = Setup(tmp_path)
+    setup.service.resume("cpu-0", "", "r1")
+    setup.slurm.nodes["cpu-0"] = SlurmNode("cpu-0", "ALLOCATED", frozenset({"CLOUD"}))
+    setup.change_file(MINIMAL_CONFIG.replace("cpu-[0-3]", "cpu-[1-3]"))
+    with caplog.at_level(logging.WARNING, logger="bridge.service.use_cases"):
+        assert setup.reloader.reload_if_due() is True
+    (warning,) = [m for m in caplog.messages if "in no pool now" in m]
+    assert "1 node(s) with pods are in no pool now: cpu-0" in warning
+    actions = setup.service.reconcile_once()
+    assert [type(a).__name__ for a in actions] == ["PowerDownAsap"], actions
+    assert "cpu-0" in setup.pods.pods, "the busy node's pod must stay until Slurm powers it down"

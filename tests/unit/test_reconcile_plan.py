@@ -159,6 +159,9 @@ OURS = "k8s: ErrImagePull: pull access denied"
 CORDONED_KN_1 = "k8s: Cordoned: kubernetes node kn-1 is cordoned; powered down when its jobs end"
 ON_KN_1 = "k8s: pod cpu-0 on kn-1 ip 10.0.0.1"
 ADMIN = "maintenance: disk check"
+UNPOOLED = (
+    "k8s: PoolRemoved: no pool owns it since a configuration change; powered down when its jobs end"
+)
 KN_1_CORDONED = frozenset({"kn-1"})
 #: What the plan does with cpu-0 whose pod runs on cordoned kn-1.
 POWER_DOWN_CORDONED = PowerDownAsap("cpu-0", CORDONED_KN_1)
@@ -543,11 +546,54 @@ CASES = [
         [pod("gpu-0", pool="gpu")],
         [DeletePod("gpu-0", "orphan pod: no pool owns it")],
     ),
+    # -- a node a reload took out of every pool: its jobs first (issue 29 item 1) ----------------
     Case(
-        "orphan-no-pool-but-slurm-knows:delete",
+        "unpooled-busy:drained-through-slurm-not-deleted",
         [node("gpu-0", "ALLOCATED")],
         [pod("gpu-0", pool="gpu")],
+        [PowerDownAsap("gpu-0", UNPOOLED)],
+    ),
+    Case(
+        "unpooled-idle:drained-through-slurm-not-deleted",
+        [node("gpu-0", "IDLE")],
+        [pod("gpu-0", pool="gpu")],
+        [PowerDownAsap("gpu-0", UNPOOLED)],
+    ),
+    Case(
+        "unpooled-asked-already:nothing",
+        [node("gpu-0", "ALLOCATED", "DRAIN", "POWER_DOWN", reason="k8s: PoolRemoved: x")],
+        [pod("gpu-0", pool="gpu")],
+        [],
+    ),
+    Case(
+        "unpooled-admin-drain:theirs",
+        [node("gpu-0", "IDLE", "DRAIN", reason=ADMIN)],
+        [pod("gpu-0", pool="gpu")],
+        [],
+    ),
+    Case(
+        "unpooled-powering-up:waits-for-its-job",
+        [node("gpu-0", "ALLOCATED", "POWERING_UP")],
+        [pod("gpu-0", pool="gpu")],
+        [],
+    ),
+    Case(
+        "unpooled-powering-down:pod-goes",
+        [node("gpu-0", "IDLE", "POWERING_DOWN")],
+        [pod("gpu-0", pool="gpu")],
         [DeletePod("gpu-0", "orphan pod: no pool owns it")],
+    ),
+    Case(
+        "unpooled-powered-down:pod-goes",
+        [node("gpu-0", "IDLE", "POWERED_DOWN")],
+        [pod("gpu-0", pool="gpu")],
+        [DeletePod("gpu-0", "orphan pod: no pool owns it")],
+    ),
+    Case(
+        "unpooled-powered-down-young-pod:age-guard-holds",
+        [node("gpu-0", "IDLE", "POWERED_DOWN")],
+        [pod("gpu-0", pool="gpu", age_s=1)],
+        [],
     ),
     Case(
         "orphan-slurm-unknown:delete",
