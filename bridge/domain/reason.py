@@ -20,6 +20,7 @@ POOL_PAUSED = "PoolPaused"
 NOT_COUNTED = frozenset(
     {
         POOL_PAUSED,
+        "NoCapacity",  # Kubernetes stayed full for the pool's patience: not the pool's fault
         "PodMissing",
         "Deleted",
         "DisruptionTarget",

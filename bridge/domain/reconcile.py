@@ -355,9 +355,19 @@ def _plan_address(node: SlurmNode, pod: PodView | None) -> list[Action]:
     return []
 
 
+#: The start of every waiting Comment of ours.
+WAITING_PREFIX = our_reason("waiting", "")
+
+
 def _plan_comment(node: SlurmNode, waiting: str, pod: PodView | None) -> list[Action]:
     if waiting:
+        if node.comment and not node.comment.startswith(REASON_PREFIX):
+            return []  # an admin's comment: theirs, not ours to replace (issue 29 item 10)
         return [] if node.comment == waiting else [SetComment(node.name, waiting)]
+    if pod is None and node.is_powering_up and node.comment.startswith(WAITING_PREFIX):
+        # The create path's wait for capacity (a full quota): it holds until a pod exists, or
+        # Slurm stops powering the node up.
+        return []
     facts = pod_comment(pod) if pod is not None and node.wants_pod else ""
     if facts:
         if node.comment == facts or (node.comment and not node.comment.startswith(REASON_PREFIX)):

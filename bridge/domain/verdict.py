@@ -7,13 +7,19 @@ computational module: the caller brings the facts and the clock.
 =======================================  ==================================================
 evidence                                 verdict
 =======================================  ==================================================
-create refused: quota, forbidden,        fail (Kubernetes will refuse the same pod again)
-admission, invalid, a foreign pod
+create refused: forbidden, admission,    fail (Kubernetes will refuse the same pod again)
+invalid, a foreign pod
+create refused: quota full               wait (a quota frees up as pods end): the reconciler
+                                         retries the create each pass; after
+                                         schedule_timeout fail, as ``NoCapacity``
 create failed: timeout, 5xx, 429         no verdict: the reconciler retries the create
 pod failed, evicted, slurmd exited,      fail
 permanent image error, CrashLoopBackOff
 Unschedulable + autoscaler said          fail (``NotTriggerScaleUp``: no node group fits)
 NotTriggerScaleUp (its newest word)
+Unschedulable + autoscaler said it is    wait (a group at its maximum size, the cluster at
+at capacity (NotTriggerScaleUp: max      its limits, a group backing off: not now, not
+node group size reached, backoff, ...)   never); after schedule_timeout fail, as ``NoCapacity``
 Unschedulable for schedule_timeout       fail
 Unschedulable, younger                   wait (an autoscaler adds a node; a terminating
                                          predecessor frees its CPUs)
@@ -37,6 +43,24 @@ from .pods import UNSCHEDULABLE, PodView
 NOT_TRIGGER_SCALE_UP = "NotTriggerScaleUp"
 TRIGGERED_SCALE_UP = "TriggeredScaleUp"
 SCALE_UP_REASONS = frozenset({NOT_TRIGGER_SCALE_UP, TRIGGERED_SCALE_UP})
+#: The reason kind of a node failed because Kubernetes stayed full for its pool's patience: a
+#: capacity wait that ran out, never a fault of the pool (its breaker does not count it).
+NO_CAPACITY = "NoCapacity"
+#: What cluster-autoscaler's NotTriggerScaleUp says when a node group could take the pod but
+#: not now: at its maximum size, the cluster at its resource or node limits, or a group backing
+#: off after a failed scale-up. Any of them in the message makes it a wait, not a verdict.
+CAPACITY_WORDS = (
+    "max node group size reached",
+    "max cluster",  # "max cluster cpu, memory limit reached"
+    "max total nodes",
+    "in backoff after failed scale-up",
+)
+
+
+def says_capacity(message: str) -> bool:
+    """Whether an autoscaler's NotTriggerScaleUp means "full for now" (see CAPACITY_WORDS)."""
+    lowered = message.lower()
+    return any(words in lowered for words in CAPACITY_WORDS)
 
 
 @dataclass(frozen=True)
@@ -77,9 +101,21 @@ class Wait:
 Verdict = Fail | Wait | None
 
 
-def judge_refusal(error: BridgeError) -> Fail | None:
-    """A create the API server refused: fail the node, or ``None`` when a retry may work."""
-    if isinstance(error, NoCapacity | Forbidden | Conflict | InvalidInput):
+def judge_refusal(
+    error: BridgeError, *, since: datetime, patience: Patience, now: datetime
+) -> Verdict:
+    """A create the API server refused: fail the node, wait (a full quota, refused first at
+    ``since``), or ``None`` when a plain retry may work."""
+    if isinstance(error, NoCapacity):
+        waited = now - since
+        if waited >= patience.schedule_timeout:
+            return Fail(
+                NO_CAPACITY,
+                f"{error} (waited {_seconds(waited)}, schedule_timeout "
+                f"{_seconds(patience.schedule_timeout)})",
+            )
+        return Wait(f"{NO_CAPACITY} since {_clock(since)}")
+    if isinstance(error, Forbidden | Conflict | InvalidInput):
         return Fail(type(error).__name__, str(error))
     return None
 
@@ -108,15 +144,20 @@ def judge_pod(
             key=lambda e: e.at,
         )
         newest = said[-1] if said else None
-        if newest is not None and newest.reason == NOT_TRIGGER_SCALE_UP:
+        full = (
+            newest is not None
+            and newest.reason == NOT_TRIGGER_SCALE_UP
+            and says_capacity(newest.message)
+        )
+        if newest is not None and newest.reason == NOT_TRIGGER_SCALE_UP and not full:
             return Fail(NOT_TRIGGER_SCALE_UP, newest.message or holdup.message)
         if waited >= patience.schedule_timeout:
             return Fail(
-                UNSCHEDULABLE,
-                f"{holdup.message} (waited {_seconds(waited)}, schedule_timeout "
-                f"{_seconds(patience.schedule_timeout)})",
+                NO_CAPACITY if full else UNSCHEDULABLE,
+                f"{newest.message if full and newest else holdup.message} (waited "
+                f"{_seconds(waited)}, schedule_timeout {_seconds(patience.schedule_timeout)})",
             )
-        autoscaler = f", {TRIGGERED_SCALE_UP}" if newest is not None else ""
+        autoscaler = f", {newest.reason}" if newest is not None else ""
         return Wait(f"{UNSCHEDULABLE} since {_clock(holdup.since)}{autoscaler}")
     if waited >= patience.image_pull_timeout:
         return Fail(

@@ -29,7 +29,7 @@ from bridge.domain.nodes import SlurmNode
 from bridge.domain.pod_rendering import pool_template_hash, render_pods
 from bridge.domain.pods import UNSCHEDULABLE, PodView
 from bridge.domain.pools import PoolSet
-from bridge.domain.reason import Reason
+from bridge.domain.reason import Reason, our_reason
 from bridge.domain.reconcile import (
     Action,
     CreatePod,
@@ -37,13 +37,14 @@ from bridge.domain.reconcile import (
     ForceDeletePod,
     Guards,
     MarkDown,
+    SetComment,
     SetPodSlurmState,
     plan,
 )
 from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
 from bridge.domain.resume_file import jobs_by_node
 from bridge.domain.stuck import DEFAULT_AFTER, Sighting, find_stuck, track
-from bridge.domain.verdict import ScaleUpEvent, judge_refusal
+from bridge.domain.verdict import Fail, Patience, ScaleUpEvent, Verdict, Wait, judge_refusal
 from bridge.errors import (
     BridgeError,
     InvalidInput,
@@ -110,6 +111,10 @@ class BridgeService:
         #: When each pool node was first seen in its current state and phase (``status`` calls),
         #: so that a stuck case with no clock of its own is judged on a one-shot call too.
         self._sightings: dict[str, Sighting] = {}
+        #: Node → when a full quota first refused its pod: the wait is timed from there
+        #: (the pool's schedule_timeout), across the reconciler's retries of the create.
+        self._capacity_waits: dict[str, datetime] = {}
+        self._capacity_lock = threading.Lock()
         self._sightings_lock = threading.Lock()
         #: Creates for the resumes answered before their pods exist (accept_resume).
         self.resumes = ResumeDispatcher()
@@ -269,16 +274,7 @@ class BridgeService:
         self, groups: Mapping[str, list[str]], jobs: Mapping[str, list[int]], request_id: str
     ) -> list[NodeResult]:
         """Render and create the pods of ``groups`` (pool name → nodes); one result per node."""
-        results: list[NodeResult] = []
-        paused = self.pool_breakers.paused_pools(groups)
-        for pool_name, reason in paused.items():
-            nodes = groups[pool_name]
-            log.warning("request %s: not creating %s: %s", request_id, compress(nodes), reason)
-            results += [
-                NodeResult(n, Outcome.FAILED, ErrorClass.NO_CAPACITY, reason.text) for n in nodes
-            ]
-            self.failures.mark_down(self.failures.cloud_nodes(nodes), reason)
-        groups = {pool: nodes for pool, nodes in groups.items() if pool not in paused}
+        results, groups = self._refuse_paused(groups, request_id)
         settings = self.config.pod_settings()
         manifests: list[dict[str, Any]] = []
         for pool_name, nodes in groups.items():
@@ -288,27 +284,22 @@ class BridgeService:
             manifests.extend(render_pods(pool, nodes, settings))
         outcome = self.pods.create_pods(manifests) if manifests else {}
         failed: dict[Reason, list[str]] = defaultdict(list)
+        waits: list[SetComment] = []
         for node, result in outcome.items():
             if isinstance(result, BridgeError):
-                results.append(NodeResult(node, Outcome.FAILED, _error_class(result), str(result)))
-                verdict = judge_refusal(result)
-                if verdict is not None:
+                verdict, comment = self._refused(node, result, request_id)
+                if isinstance(verdict, Wait):  # taken: the reconciler creates it when there is room
+                    results.append(NodeResult(node, Outcome.ACCEPTED))
+                else:
+                    error_class = _error_class(result)
+                    results.append(NodeResult(node, Outcome.FAILED, error_class, str(result)))
+                if isinstance(verdict, Fail):
                     failed[Reason(verdict.reason, verdict.message)].append(node)
-                log.error("request %s: create pod %s failed: %s", request_id, node, result)
-            else:
-                results.append(NodeResult(node, Outcome.OK))
-                if result:
-                    job_ids = ",".join(map(str, jobs.get(node, []))) or "-"
-                    self.pods.record_event(
-                        node, "SlurmResume", f"Slurm resumed node {node} (jobs {job_ids})"
-                    )
-                log.info(
-                    "request %s: pod %s %s (jobs %s)",
-                    request_id,
-                    node,
-                    "created" if result else "exists already",
-                    ",".join(map(str, jobs.get(node, []))) or "-",
-                )
+                waits += comment
+                continue
+            results.append(self._created(node, result, jobs.get(node, []), request_id))
+        if waits:
+            self.slurm_writes.write(waits)
         # Kubernetes said no for good: fail fast so Slurm requeues instead of waiting.
         every_failed = [n for nodes in failed.values() for n in nodes]
         if not every_failed:
@@ -327,6 +318,82 @@ class BridgeService:
             ):
                 self._fail_fasts(down, reason)
         return results
+
+    def _created(
+        self, node: str, created: bool, jobs: Sequence[int], request_id: str
+    ) -> NodeResult:
+        """A create that went through (``created``) or found the pod there: logged, an Event."""
+        with self._capacity_lock:
+            self._capacity_waits.pop(node, None)
+        job_ids = ",".join(map(str, jobs)) or "-"
+        if created:
+            self.pods.record_event(
+                node, "SlurmResume", f"Slurm resumed node {node} (jobs {job_ids})"
+            )
+        log.info(
+            "request %s: pod %s %s (jobs %s)",
+            request_id,
+            node,
+            "created" if created else "exists already",
+            job_ids,
+        )
+        return NodeResult(node, Outcome.OK)
+
+    def _refuse_paused(
+        self, groups: Mapping[str, list[str]], request_id: str
+    ) -> tuple[list[NodeResult], dict[str, list[str]]]:
+        """The nodes of paused pools, set DOWN with the pause's reason, and the groups left."""
+        results: list[NodeResult] = []
+        paused = self.pool_breakers.paused_pools(groups)
+        for pool_name, reason in paused.items():
+            nodes = groups[pool_name]
+            log.warning("request %s: not creating %s: %s", request_id, compress(nodes), reason)
+            results += [
+                NodeResult(n, Outcome.FAILED, ErrorClass.NO_CAPACITY, reason.text) for n in nodes
+            ]
+            self.failures.mark_down(self.failures.cloud_nodes(nodes), reason)
+        return results, {pool: nodes for pool, nodes in groups.items() if pool not in paused}
+
+    def _refused(
+        self, node: str, error: BridgeError, request_id: str
+    ) -> tuple[Verdict, list[SetComment]]:
+        """The verdict on a refused create, logged; with the Comment to write when a capacity
+        wait starts: Kubernetes is full for now, the node stays POWERING_UP, the reconciler
+        retries the create every pass, and the Comment says why (once)."""
+        verdict, started = self._judge_refusal(node, error)
+        if not isinstance(verdict, Wait):
+            log.error("request %s: create pod %s failed: %s", request_id, node, error)
+            return verdict, []
+        if not started:
+            log.debug("request %s: pod %s still waits: %s", request_id, node, error)
+            return verdict, []
+        log.warning("request %s: pod %s waits for capacity: %s", request_id, node, error)
+        return verdict, [SetComment(node, our_reason("waiting", verdict.why))]
+
+    def _judge_refusal(self, node: str, error: BridgeError) -> tuple[Verdict, bool]:
+        """The verdict on a refused create, and whether it starts a capacity wait (a full
+        quota refused this node for the first time)."""
+        now = self.clock()
+        pool = self.config.pools.pool_for(node)
+        patience = pool.patience if pool is not None else Patience()
+        with self._capacity_lock:
+            started = isinstance(error, NoCapacity) and node not in self._capacity_waits
+            since = (
+                self._capacity_waits.setdefault(node, now) if isinstance(error, NoCapacity) else now
+            )
+            verdict = judge_refusal(error, since=since, patience=patience, now=now)
+            if not isinstance(verdict, Wait):
+                self._capacity_waits.pop(node, None)
+        return verdict, started
+
+    def _forget_capacity_waits(self, nodes: Sequence[SlurmNode], pods: Sequence[PodView]) -> None:
+        """Keep the waits of nodes still powering up without a pod: the rest got theirs, or
+        Slurm gave up on them (ResumeTimeout, a suspend, a cancelled job)."""
+        with_pod = {p.node for p in pods}
+        waiting = {n.name for n in nodes if n.is_powering_up and n.name not in with_pod}
+        with self._capacity_lock:
+            for node in set(self._capacity_waits) - waiting:
+                del self._capacity_waits[node]
 
     def _delete(
         self,
@@ -417,6 +484,7 @@ class BridgeService:
             started = time.monotonic()
             nodes, pods, events = self.observe()
             self.metrics.observe_state(nodes, pods, time.monotonic())
+            self._forget_capacity_waits(nodes, pods)
             now = self.clock()
             self.pool_breakers.expire_pauses(now)  # a pause's end is logged within a pass
             cordoned = self.cordons.read() if self.cordons is not None else frozenset()

@@ -23,8 +23,8 @@ from bridge.errors import (
     BackendError,
     BridgeError,
     BridgeStopping,
+    Forbidden,
     InvalidInput,
-    NoCapacity,
     TransientBackendError,
 )
 from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
@@ -122,10 +122,7 @@ def test_a_bad_hostlist_is_refused_at_once(world: World) -> None:
 @pytest.mark.parametrize(
     ("error", "down"),
     [
-        (
-            NoCapacity("exceeded quota"),
-            [Update(("cpu-1",), "down", "k8s: NoCapacity: exceeded quota")],
-        ),
+        (Forbidden("psa"), [Update(("cpu-1",), "down", "k8s: Forbidden: psa")]),
         # Worth retrying: left POWERING_UP for the reconciler, no DOWN.
         (TransientBackendError("HTTP 503"), []),
     ],

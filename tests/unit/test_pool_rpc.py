@@ -13,7 +13,7 @@ import pytest
 from bridge.api import build_server
 from bridge.cli.main import main
 from bridge.domain.circuit import BreakerState
-from bridge.errors import InvalidInput, NoCapacity
+from bridge.errors import Forbidden, InvalidInput
 from bridge.rpc.client import BridgeClient
 from tests.unit.test_service_breaker import NOW, PAUSED, World
 
@@ -43,7 +43,7 @@ def test_list_pools_shows_each_pool_breaker(world: World, target: str) -> None:
         BreakerState.OPEN,
         NOW + timedelta(seconds=600),
     )
-    assert cpu.last_reason == "k8s: NoCapacity: full"
+    assert cpu.last_reason == "k8s: Forbidden: full"
     assert (cpu.policy.failures, cpu.policy.window_s, cpu.policy.pause_s) == (2, 60, 600)
     assert (gpu.pool, gpu.state, gpu.recent_failures, gpu.paused_until) == (
         "gpu",
@@ -97,7 +97,7 @@ def test_cli_pool_list_status_and_resume(
         "REASON",
     ]
     assert lines[1].split()[:3] == ["cpu", "open", "0/2"]
-    assert lines[1].endswith(f"{UNTIL}  k8s: NoCapacity: full")
+    assert lines[1].endswith(f"{UNTIL}  k8s: Forbidden: full")
     assert lines[2].split()[:3] == ["gpu", "closed", "0/2"]
     assert main(["pool", "status", "cpu", "--socket", target]) == 0
     out = capsys.readouterr().out
@@ -126,7 +126,7 @@ def test_cli_pool_list_json(world: World, target: str, capsys: pytest.CaptureFix
         "pause_s": 600.0,
         "recent_failures": 0,
         "paused_until": UNTIL,
-        "last_reason": "k8s: NoCapacity: full",
+        "last_reason": "k8s: Forbidden: full",
     }
 
 
@@ -134,11 +134,11 @@ def test_status_names_the_paused_pools(
     world: World, target: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     world.pause_cpu()
-    world.pods.create_errors["gpu-0"] = NoCapacity("full")  # gpu: 1 of 2, still closed
+    world.pods.create_errors["gpu-0"] = Forbidden("full")  # gpu: 1 of 2, still closed
     world.service.resume("gpu-0", "", "r2")
     main(["status", "--socket", target])
     out = capsys.readouterr().out
-    assert f"pool cpu paused until {UNTIL}: k8s: NoCapacity: full\n" in out
+    assert f"pool cpu paused until {UNTIL}: k8s: Forbidden: full\n" in out
     assert "pool gpu paused" not in out
     main(["status", "--socket", target, "--json"])
     assert "paused until" not in capsys.readouterr().out

@@ -122,6 +122,7 @@ def said(reason: str, ago_s: float, uid: str = "u-1", message: str = "") -> Scal
 
 NO_FIT = "0/3 nodes are available: 3 Insufficient cpu."
 NO_GROUP = "pod didn't trigger scale-up: 2 max node group size reached"
+NEVER_FITS = "pod didn't trigger scale-up: 2 Insufficient cpu"
 WAITING_40S = "k8s: waiting: Unschedulable since 2026-12-02T11:59:20Z"
 
 
@@ -265,11 +266,47 @@ CASES = [
         ),
     ),
     Case(
-        "powering-up+unschedulable+autoscaler-says-no:fail-fast",
+        "powering-up+unschedulable+autoscaler-says-never:fail-fast",
         [node("cpu-0", "ALLOCATED", "POWERING_UP")],
         [pod("cpu-0", phase="Pending", uid="u-1", holdup=unschedulable(5))],
-        fail_fast("cpu-0", PodFailure("NotTriggerScaleUp", NO_GROUP), uid="u-1"),
+        fail_fast("cpu-0", PodFailure("NotTriggerScaleUp", NEVER_FITS), uid="u-1"),
+        events=[said("TriggeredScaleUp", 4), said("NotTriggerScaleUp", 1, message=NEVER_FITS)],
+    ),
+    # At its maximum size the group cannot help now, but can later: a wait (issue 29 item 4).
+    Case(
+        "powering-up+unschedulable+autoscaler-says-full:wait",
+        [node("cpu-0", "ALLOCATED", "POWERING_UP")],
+        [pod("cpu-0", phase="Pending", uid="u-1", holdup=unschedulable(5))],
+        [
+            SetComment(
+                "cpu-0", "k8s: waiting: Unschedulable since 2026-12-02T11:59:55Z, NotTriggerScaleUp"
+            )
+        ],
         events=[said("TriggeredScaleUp", 4), said("NotTriggerScaleUp", 1, message=NO_GROUP)],
+    ),
+    Case(
+        "powering-up+unschedulable+autoscaler-says-full-300s:fail-uncounted",
+        [node("cpu-0", "ALLOCATED", "POWERING_UP")],
+        [pod("cpu-0", phase="Pending", uid="u-1", holdup=unschedulable(300))],
+        fail_fast(
+            "cpu-0",
+            PodFailure("NoCapacity", f"{NO_GROUP} (waited 300s, schedule_timeout 300s)"),
+            uid="u-1",
+        ),
+        events=[said("NotTriggerScaleUp", 1, message=NO_GROUP)],
+    ),
+    Case(
+        "admin-comment+unschedulable:kept",
+        [node("cpu-0", "ALLOCATED", "POWERING_UP", comment=ADMIN)],
+        [pod("cpu-0", phase="Pending", uid="u-1", holdup=unschedulable(40))],
+        [],
+    ),
+    Case(
+        "powering-up+no-pod+waiting-for-quota:comment-kept",
+        [node("cpu-0", "ALLOCATED", "POWERING_UP", comment="k8s: waiting: NoCapacity since x")],
+        [],
+        [CreatePod("cpu-0", "cpu", "Slurm node is powering up and has no pod")],
+        then=[SetComment("cpu-0", "")],  # the pod exists: the wait is over
     ),
     Case(
         "powering-up+unschedulable+no-from-another-pod:wait",

@@ -178,9 +178,9 @@ def test_resume_rejects_names_slurm_or_dns_would_misread(hostlist: str, bad: str
 def test_resume_failure_never_downs_a_node_slurm_does_not_list_as_cloud() -> None:
     # A pool range that overlaps a static node: Kubernetes' refusal must not touch it.
     w = World(SlurmNode("cpu-0", "ALLOCATED"), *powering_up("cpu-1"))
-    w.pods.create_errors.update({"cpu-0": NoCapacity("full"), "cpu-1": NoCapacity("full")})
+    w.pods.create_errors.update({"cpu-0": Forbidden("psa"), "cpu-1": Forbidden("psa")})
     w.service.resume("cpu-[0-1]", "", "r1")
-    assert w.slurm.updates == [Update(("cpu-1",), "down", "k8s: NoCapacity: full")]
+    assert w.slurm.updates == [Update(("cpu-1",), "down", "k8s: Forbidden: psa")]
 
 
 def test_reconcile_ignores_pool_nodes_slurm_does_not_list_as_cloud() -> None:
@@ -193,11 +193,6 @@ def test_reconcile_ignores_pool_nodes_slurm_does_not_list_as_cloud() -> None:
 @pytest.mark.parametrize(
     ("error", "error_class", "reason"),
     [
-        (
-            NoCapacity("create pod cpu-1: exceeded quota: pods"),
-            ErrorClass.NO_CAPACITY,
-            "k8s: NoCapacity: create pod cpu-1: exceeded quota: pods",
-        ),
         (
             Conflict("pod slurm/cpu-1 exists and is not managed by the bridge"),
             ErrorClass.INTERNAL,
@@ -234,11 +229,11 @@ def test_resume_failure_fails_the_node_fast_when_kubernetes_said_no(
 
 def test_resume_batches_the_down_by_reason() -> None:
     w = World(*powering_up("cpu-0", "cpu-1", "cpu-2", "cpu-3"))
-    full = NoCapacity("exceeded quota")
-    w.pods.create_errors.update({"cpu-0": full, "cpu-2": full, "cpu-3": Conflict("not ours")})
+    refused = Forbidden("psa")
+    w.pods.create_errors.update({"cpu-0": refused, "cpu-2": refused, "cpu-3": Conflict("not ours")})
     w.service.resume("cpu-[0-3]", "", "r1")
     assert w.slurm.updates == [
-        Update(("cpu-0", "cpu-2"), "down", "k8s: NoCapacity: exceeded quota"),
+        Update(("cpu-0", "cpu-2"), "down", "k8s: Forbidden: psa"),
         Update(("cpu-3",), "down", "k8s: Conflict: not ours"),
     ]
     # One listing serves both reasons: which nodes are CLOUD, and the jobs' other nodes.
@@ -261,10 +256,10 @@ def test_a_pass_that_fails_nodes_for_two_reasons_lists_slurm_once() -> None:
 
 def test_resume_survives_slurm_refusing_the_down(caplog: pytest.LogCaptureFixture) -> None:
     w = World(*powering_up("cpu-0"))
-    w.pods.create_errors["cpu-0"] = NoCapacity("full")
+    w.pods.create_errors["cpu-0"] = Forbidden("psa")
     w.slurm.fail_next = TransientBackendError("slurmctld unreachable")
     results = w.service.resume("cpu-0", "", "r1")
-    assert results == [NodeResult("cpu-0", Outcome.FAILED, ErrorClass.NO_CAPACITY, "full")]
+    assert results == [NodeResult("cpu-0", Outcome.FAILED, ErrorClass.INTERNAL, "psa")]
     assert "could not set DOWN cpu-0" in caplog.text
 
 
@@ -631,3 +626,38 @@ def test_addresses_follow_the_pods_in_one_scontrol_call() -> None:
         "slurm nodeaddr cpu-0=10.213.0.8,cpu-1=10.213.0.9,cpu-2=cpu-2",
     ]
     assert w.service.reconcile_once() == []
+
+
+def test_a_full_quota_is_a_wait_then_a_create_then_nothing_left() -> None:
+    """Issue 29 item 4: a quota refusal leaves the node POWERING_UP with a waiting Comment; the
+    reconciler retries the create each pass, and the pod is created once there is room."""
+    w = World(*powering_up("cpu-0"))
+    w.pods.create_errors["cpu-0"] = NoCapacity("create pod cpu-0: exceeded quota: pods")
+    results = w.service.resume("cpu-0", "", "r1")
+    assert results == [NodeResult("cpu-0", Outcome.ACCEPTED)]
+    waiting = "k8s: waiting: NoCapacity since 2026-12-02T12:00:00Z"
+    assert w.slurm.nodes["cpu-0"].comment == waiting
+    assert "cpu-0" not in w.pods.pods
+    w.now += timedelta(seconds=60)
+    w.service.reconcile_once()  # still full: no DOWN, the Comment stays, written once
+    assert w.slurm.updates == []
+    assert sum("slurm comment cpu-0" in line for line in w.journal) == 1
+    del w.pods.create_errors["cpu-0"]
+    w.now += timedelta(seconds=60)
+    w.service.reconcile_once()
+    assert "cpu-0" in w.pods.pods
+    assert w.slurm.updates == []
+
+
+def test_a_quota_full_past_schedule_timeout_fails_the_node_uncounted() -> None:
+    w = World(*powering_up("cpu-0"))
+    w.pods.create_errors["cpu-0"] = NoCapacity("exceeded quota: pods")
+    w.service.resume("cpu-0", "", "r1")
+    w.now += timedelta(seconds=300)
+    w.service.reconcile_once()
+    (down,) = [u for u in w.slurm.updates if u.state == "down"]
+    assert down.reason == (
+        "k8s: NoCapacity: exceeded quota: pods (waited 300s, schedule_timeout 300s)"
+    )
+    reason = Reason.parse(down.reason)
+    assert reason is not None and not reason.is_fail_fast  # the pool's breaker does not count it

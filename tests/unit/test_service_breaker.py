@@ -13,12 +13,12 @@ from bridge.domain.pods import PodFailure
 from bridge.domain.reason import Reason
 from bridge.domain.reconcile import MarkDown
 from bridge.domain.results import ErrorClass, NodeResult, Outcome
-from bridge.errors import Forbidden, InvalidInput, NoCapacity, TransientBackendError
+from bridge.errors import Forbidden, InvalidInput, TransientBackendError
 from tests.unit.fakes import MINIMAL_CONFIG, Update
 from tests.unit.harness import Harness
 
 NOW = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
-PAUSED = "k8s: PoolPaused: pool cpu paused until 2026-12-03T12:10:00Z: NoCapacity: full"
+PAUSED = "k8s: PoolPaused: pool cpu paused until 2026-12-03T12:10:00Z: Forbidden: full"
 
 CONFIG = (
     """\
@@ -55,7 +55,7 @@ class World(Harness):
 
     def pause_cpu(self) -> None:
         """Two refusals of cpu pods for good: the cpu pool pauses."""
-        self.pods.create_errors.update({"cpu-0": NoCapacity("full"), "cpu-1": NoCapacity("full")})
+        self.pods.create_errors.update({"cpu-0": Forbidden("full"), "cpu-1": Forbidden("full")})
         self.service.resume("cpu-[0-1]", "", "r1")
         assert self.state("cpu") is BreakerState.OPEN
 
@@ -145,7 +145,7 @@ def test_the_pause_ends_by_itself_and_half_open_reopens_at_once(
     w.service.resume("cpu-2", "", "r2")
     assert w.pods.create_calls == ["cpu-2"]  # half-open: creates go ahead
     assert caplog.text.count("pool cpu resumed: pause ended") == 1
-    w.pods.create_errors["cpu-3"] = NoCapacity("full")
+    w.pods.create_errors["cpu-3"] = Forbidden("full")
     w.service.resume("cpu-3", "", "r3")  # one fail-fast while half-open
     assert w.state("cpu") is BreakerState.OPEN
 
@@ -177,7 +177,7 @@ def test_a_pool_can_turn_its_breaker_off() -> None:
             1,
         )
     )
-    w.pods.create_errors.update({f"cpu-{i}": NoCapacity("full") for i in range(4)})
+    w.pods.create_errors.update({f"cpu-{i}": Forbidden("full") for i in range(4)})
     w.service.resume("cpu-[0-3]", "", "r1")
     assert w.state("cpu") is BreakerState.OFF
     assert w.state("gpu") is BreakerState.CLOSED
@@ -185,6 +185,6 @@ def test_a_pool_can_turn_its_breaker_off() -> None:
 
 def test_off_by_default() -> None:
     w = World(MINIMAL_CONFIG)
-    w.pods.create_errors.update({f"cpu-{i}": NoCapacity("full") for i in range(4)})
+    w.pods.create_errors.update({f"cpu-{i}": Forbidden("full") for i in range(4)})
     w.service.resume("cpu-[0-3]", "", "r1")
     assert w.state("cpu") is BreakerState.OFF

@@ -11,11 +11,11 @@ from bridge.domain.job_failure import SlurmJob
 from bridge.domain.pods import PodFailure
 from bridge.domain.reason import Reason
 from bridge.domain.reconcile import MarkDown
-from bridge.errors import BackendError, NoCapacity, TransientBackendError
+from bridge.errors import BackendError, Forbidden, TransientBackendError
 from tests.unit.fakes import Update
 from tests.unit.test_service import NOW, World, cloud, powering_up
 
-FULL = "k8s: NoCapacity: exceeded quota"
+FULL = "k8s: Forbidden: exceeded quota"
 
 
 def parsed(text: str) -> Reason:
@@ -31,7 +31,7 @@ def two_node_job(comment: str = "") -> World:
     """cpu-0 and cpu-1 powering up for job 7; cpu-1's create is refused for good."""
     w = World(*powering_up("cpu-0", "cpu-1"))
     w.slurm.jobs[7] = SlurmJob(7, STARTING, "cpu-[0-1]", comment)
-    w.pods.create_errors["cpu-1"] = NoCapacity("exceeded quota")
+    w.pods.create_errors["cpu-1"] = Forbidden("exceeded quota")
     return w
 
 

@@ -15,6 +15,7 @@ from bridge.domain.verdict import (
     Wait,
     judge_pod,
     judge_refusal,
+    says_capacity,
 )
 from bridge.errors import (
     BackendError,
@@ -52,19 +53,53 @@ def pending(holdup: PodHoldup | None = None, failure: PodFailure | None = None) 
 
 
 @pytest.mark.parametrize(
-    ("error", "verdict"),
+    ("error", "since_s", "verdict"),
     [
-        (NoCapacity("exceeded quota: cpu"), Fail("NoCapacity", "exceeded quota: cpu")),
-        (Forbidden("forbidden: psa"), Fail("Forbidden", "forbidden: psa")),
-        (Conflict("pod exists, not ours"), Fail("Conflict", "pod exists, not ours")),
-        (InvalidInput("rejected: bad spec"), Fail("InvalidInput", "rejected: bad spec")),
-        (TransientBackendError("HTTP 503"), None),
-        (BackendError("HTTP 418"), None),
+        (NoCapacity("exceeded quota: cpu"), 0, Wait("NoCapacity since 2026-12-02T12:00:00Z")),
+        (NoCapacity("exceeded quota: cpu"), 299, Wait("NoCapacity since 2026-12-02T11:55:01Z")),
+        (
+            NoCapacity("exceeded quota: cpu"),
+            300,
+            Fail("NoCapacity", "exceeded quota: cpu (waited 300s, schedule_timeout 300s)"),
+        ),
+        (Forbidden("forbidden: psa"), 0, Fail("Forbidden", "forbidden: psa")),
+        (Conflict("pod exists, not ours"), 0, Fail("Conflict", "pod exists, not ours")),
+        (InvalidInput("rejected: bad spec"), 0, Fail("InvalidInput", "rejected: bad spec")),
+        (TransientBackendError("HTTP 503"), 0, None),
+        (BackendError("HTTP 418"), 0, None),
     ],
-    ids=["quota", "admission", "foreign-pod", "invalid", "transient", "unexpected"],
+    ids=[
+        "quota-first",
+        "quota-1s-before-timeout",
+        "quota-at-timeout",
+        "admission",
+        "foreign-pod",
+        "invalid",
+        "transient",
+        "unexpected",
+    ],
 )
-def test_judge_refusal(error: BridgeError, verdict: Fail | None) -> None:
-    assert judge_refusal(error) == verdict
+def test_judge_refusal(error: BridgeError, since_s: float, verdict: Verdict) -> None:
+    assert judge_refusal(error, since=ago(since_s), patience=PATIENCE, now=NOW) == verdict
+
+
+@pytest.mark.parametrize(
+    ("message", "capacity"),
+    [
+        ("pod didn't trigger scale-up: 2 max node group size reached", True),
+        (
+            "pod didn't trigger scale-up: 1 in backoff after failed scale-up, 1 Insufficient cpu",
+            True,
+        ),
+        ("pod didn't trigger scale-up: max cluster cpu, memory limit reached", True),
+        ("pod didn't trigger scale-up: 3 Insufficient cpu", False),
+        ("pod didn't trigger scale-up: 1 node(s) didn't match Pod's node affinity/selector", False),
+        ("", False),
+    ],
+    ids=["max-size", "backoff", "cluster-limits", "never-fits", "affinity", "empty"],
+)
+def test_says_capacity(message: str, capacity: bool) -> None:
+    assert says_capacity(message) is capacity
 
 
 UNSCHEDULABLE_60 = PodHoldup("Unschedulable", "no fit", ago(60))
