@@ -32,7 +32,7 @@ class CordonLister(Protocol):
 class SlurmPort(Protocol):
     """What the service needs from Slurm (``bridge.adapters.slurm.cli.SlurmCli``)."""
 
-    def list_nodes(self) -> list[SlurmNode]: ...
+    def list_nodes(self, names: Sequence[str] | None = None) -> list[SlurmNode]: ...
 
     def update_nodes(
         self, names: Sequence[str], *, state: str, reason: str | None = None

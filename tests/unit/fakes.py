@@ -77,9 +77,14 @@ class FakeSlurm:
         self.jobs_reads: list[tuple[str, ...]] = []
         #: How many times the node table was listed (each is a full scontrol call at a site).
         self.node_reads = 0
+        #: The names of each filtered ``list_nodes(names)`` call.
+        self.filtered_reads: list[tuple[str, ...]] = []
 
-    def list_nodes(self) -> list[SlurmNode]:
+    def list_nodes(self, names: Sequence[str] | None = None) -> list[SlurmNode]:
         self.node_reads += 1
+        if names is not None:
+            self.filtered_reads.append(tuple(names))
+            return [self.nodes[n] for n in names if n in self.nodes]
         return list(self.nodes.values())
 
     def update_nodes(self, names: Sequence[str], *, state: str, reason: str | None = None) -> None:

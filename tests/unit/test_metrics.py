@@ -388,6 +388,7 @@ def test_the_service_times_resumes_forgets_suspends_and_counts_its_passes() -> N
     assert sample(metrics, "reconcile_pass_seconds_count") == 1
     assert sample(metrics, "nodes", power_state="powered_down") == 3
     assert sample(metrics, "pods", pool="cpu", phase="Pending") == 1
+    slurm.nodes["cpu-2"] = cloud("cpu-2", "ALLOCATED", "POWERING_UP")  # a DOWN needs a node up
     service.execute([MarkDown("cpu-2", Reason("ErrImagePull", "no such image"))])
     assert sample(metrics, "fail_fast_total", reason="ErrImagePull") == 1
 

@@ -250,8 +250,10 @@ def test_a_pass_that_fails_nodes_for_two_reasons_lists_slurm_once() -> None:
         "InvalidImageName",
     }
     assert [u.state for u in w.slurm.updates].count("down") == 2
-    # The pass's own snapshot serves the failure path: no listing per reason.
-    assert w.slurm.node_reads == 1
+    # The pass's own snapshot serves the failure path: no listing per reason; the nodes to set
+    # DOWN are read once more, by name, to see that Slurm still wants them up.
+    assert w.slurm.filtered_reads == [("cpu-0", "cpu-1")]
+    assert w.slurm.node_reads - len(w.slurm.filtered_reads) == 1
 
 
 def test_resume_survives_slurm_refusing_the_down(caplog: pytest.LogCaptureFixture) -> None:
@@ -661,3 +663,27 @@ def test_a_quota_full_past_schedule_timeout_fails_the_node_uncounted() -> None:
     )
     reason = Reason.parse(down.reason)
     assert reason is not None and not reason.is_fail_fast  # the pool's breaker does not count it
+
+
+@pytest.mark.parametrize(
+    ("now_in_slurm", "downed"),
+    [
+        (cloud("cpu-0", "IDLE"), True),
+        (cloud("cpu-0", "IDLE", "POWERING_DOWN"), False),
+        (cloud("cpu-0", "IDLE", "POWERED_DOWN"), False),
+        (cloud("cpu-0", "DOWN", reason="maintenance"), False),
+        (cloud("cpu-0", "IDLE", "POWER_DOWN", "DRAIN"), False),
+    ],
+    ids=["still-up", "suspend-landed", "powered-down", "admin-down", "power-down-queued"],
+)
+def test_a_down_is_read_again_and_dropped_when_slurm_moved_on(
+    now_in_slurm: SlurmNode, downed: bool
+) -> None:
+    """Issue 29 item 6: the pass read Slurm (cpu-0 idle and up), then the pods (cpu-0's gone:
+    Slurm suspended the node in between). PodMissing is planned on that stale read; the live
+    re-read before the DOWN finds Slurm moved on, and no DOWN of ours overwrites it."""
+    w = World(cloud("cpu-0", "IDLE"))
+    planned = MarkDown("cpu-0", Reason("PodMissing", "no pod for node cpu-0"))
+    w.slurm.nodes["cpu-0"] = now_in_slurm  # the suspend (or an admin) lands after the read
+    w.service.execute([planned])
+    assert [u.state for u in w.slurm.updates] == (["down"] if downed else [])

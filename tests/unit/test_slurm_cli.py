@@ -117,6 +117,33 @@ def test_list_nodes_uses_scontrol_json_from_23_02(
     ]
 
 
+@pytest.mark.parametrize(
+    ("version", "program", "listing", "argv"),
+    [
+        (
+            VERSION_26,
+            "scontrol",
+            V26 / "scontrol-states.json",
+            "scontrol show nodes cloud[2-3] --json",
+        ),
+        # 22.05's sinfo may list more than asked: the adapter keeps only the names asked for.
+        (VERSION_22, "sinfo", V22 / "sinfo-states.json", "sinfo --json --all --nodes=cloud[2-3]"),
+    ],
+    ids=["26.05", "22.05"],
+)
+def test_list_nodes_by_name_reads_only_those(
+    fake: FakeSlurm, version: Reply, program: str, listing: Path, argv: str
+) -> None:
+    replies = {argv.split()[1]: Reply(stdout=listing)}
+    fake.command("scontrol", {"--version": version, **(replies if program == "scontrol" else {})})
+    if program != "scontrol":
+        fake.command(program, replies)
+    cli = _cli(fake)
+    assert [n.name for n in cli.list_nodes(["cloud3", "cloud2"])] == ["cloud2", "cloud3"]
+    assert cli.list_nodes([]) == []
+    assert fake.calls() == ["|scontrol --version", f"|{argv}"]
+
+
 def test_list_nodes_uses_sinfo_on_22_05(fake: FakeSlurm) -> None:
     fake.command("scontrol", {"--version": VERSION_22})
     fake.command("sinfo", {"--json": Reply(stdout=V22 / "sinfo-states.json")})
