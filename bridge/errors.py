@@ -10,7 +10,8 @@
         ├── TransientBackendError   worth retrying (connection, 5xx, 429, timeouts)
         ├── NoCapacity              Kubernetes cannot place the pod (quota, unschedulable)
         ├── Conflict                the object exists and is not ours
-        └── Forbidden               RBAC said no
+        ├── Forbidden               RBAC said no
+        └── Unauthorized            the API server did not accept the token (401): rotate it
 
 Adapters translate library errors into these with ``raise ... from e`` so callers never import
 ``kubernetes`` or ``subprocess`` error types.
@@ -61,3 +62,10 @@ class Conflict(BackendError):
 
 class Forbidden(BackendError):
     """The credentials lack permission for the call."""
+
+
+class Unauthorized(BackendError):
+    """The API server did not accept the credentials (401): an expired or revoked token.
+
+    Not transient: the same token fails the same way until it is rotated, and the Kubernetes
+    adapter re-reads the token's file at its next call after one."""

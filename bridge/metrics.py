@@ -11,7 +11,8 @@ Who feeds what:
   the pod and node gauges, and the Slurm states that end the resume latency's later stages);
 * the pod watcher (``bridge.runtime.pod_watcher``): a pod seen Running;
 * the adapters, through :class:`~bridge.adapters.call_counters.CallCounters`: backend errors and
-  retries, and the patches that show Slurm's state on the pods (label, ``registered`` condition).
+  retries (a rejected Kubernetes token is ``backend_errors{kind="Unauthorized"}``, zero from the
+  start), and the patches that show Slurm's state on the pods (label, ``registered`` condition).
 
 The registry is the instance's, not prometheus_client's global one, so tests (and two bridges in
 one process) never collide on a metric name.
@@ -151,6 +152,9 @@ class BridgeMetrics:
             self.resume_latency.labels(stage)
         for part in POD_STATE_PARTS:  # "none yet" reads 0, not absent
             self.pod_state_patches.labels(part)
+        # A rejected token (401) is the one error kind worth an alert from the first scrape:
+        # `increase(...{kind="Unauthorized"}[5m]) > 0` needs the series before the first 401.
+        self.backend_errors.labels("kubernetes", "Unauthorized")
         self._max_pending = max_pending
         self._pending: dict[str, _Pending] = {}
         self._lock = threading.Lock()

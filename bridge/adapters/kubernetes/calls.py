@@ -2,7 +2,9 @@
 retried with tenacity (a fixed number of attempts, or as many as fit in a time budget).
 
 A 429 (or 503) that carries ``Retry-After`` waits as long as the API server asked: its priority
-and fairness queues say when they will have room, and retrying sooner only fills them again."""
+and fairness queues say when they will have room, and retrying sooner only fills them again.
+A 401 is :class:`~bridge.errors.Unauthorized` and never retried here: the same token fails the
+same way; the gateway's :class:`~.credentials.KubeCredentials` re-reads it for the next call."""
 
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from bridge.errors import (
     InvalidInput,
     NoCapacity,
     TransientBackendError,
+    Unauthorized,
 )
 
 T = TypeVar("T")
@@ -54,6 +57,8 @@ def translate(e: Exception, what: str) -> BackendError | InvalidInput:
         detail = _api_message(e)
         if "exceeded quota" in detail:  # ResourceQuota says no with a 403
             return NoCapacity(f"{what}: {detail}")
+        if status == 401:
+            return Unauthorized(f"{what}: unauthorized: {detail}")
         if status == 403:
             return Forbidden(f"{what}: forbidden: {detail}")
         if status == 409:

@@ -3,6 +3,7 @@ autoscaler's Events about them, and the access checks ``doctor`` makes."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -13,10 +14,10 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 
 from bridge.adapters.call_counters import CallCounters
 from bridge.adapters.kubernetes.calls import call, call_within, is_not_found
+from bridge.adapters.kubernetes.credentials import KubeCredentials
 from bridge.adapters.kubernetes.drains import ensure_disruption_budget, list_cordoned_nodes
 from bridge.adapters.kubernetes.events import EVENT_SENDERS, EventRecorder, QueuedEvent
 from bridge.adapters.kubernetes.json_bytes import MERGE_PATCH, STRATEGIC_MERGE_PATCH, send_json
@@ -33,7 +34,7 @@ from bridge.domain.pods import (
 )
 from bridge.domain.reconcile import SetPodSlurmState
 from bridge.domain.verdict import SCALE_UP_REASONS, ScaleUpEvent
-from bridge.errors import BackendError, Conflict, InvalidInput
+from bridge.errors import BackendError, Conflict, InvalidInput, Unauthorized
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +64,12 @@ class PodGateway:
         delete_budget_s: float = DELETE_BUDGET_S,
         events: EventRecorder | None = None,
         counters: CallCounters | None = None,
+        credentials: KubeCredentials | None = None,
     ) -> None:
         self._api = api
+        #: The token behind ``api`` (re-read when its file changes), told of every 401; None:
+        #: the caller's Configuration is fixed (tests).
+        self.credentials = credentials
         #: Hears of every call's retries and final error (the bridge's metrics); None: nobody.
         self.counters = counters
         self.namespace = namespace
@@ -88,21 +93,16 @@ class PodGateway:
         concurrency: int = CONCURRENCY,
         counters: CallCounters | None = None,
     ) -> PodGateway:
-        """Load credentials (a kubeconfig file, or the in-cluster service account)."""
+        """Load credentials (a kubeconfig file, or the in-cluster service account); a token
+        rotated in its file later is used without a restart (see :mod:`.credentials`)."""
+        credentials = KubeCredentials(kubeconfig, context)
         configuration = k8s.Configuration()
-        try:
-            if kubeconfig:
-                k8s_config.load_kube_config(
-                    config_file=kubeconfig, context=context, client_configuration=configuration
-                )
-            else:
-                k8s_config.load_incluster_config(client_configuration=configuration)
-        except (k8s_config.ConfigException, OSError) as e:
-            where = kubeconfig or "the in-cluster service account"
-            raise BackendError(f"cannot load Kubernetes credentials from {where}: {e}") from e
+        credentials.configure(configuration)
         # One connection per concurrent create and Event sender, and the watch's; urllib3
         # otherwise discards the extras noisily.
         configuration.connection_pool_maxsize = max(concurrency, 4) + EVENT_SENDERS + 1
+        # The one ApiClient: it keeps this Configuration (no copy), so every call made through
+        # it, the watch's, Events' and drains' too, asks the credentials' hook for the token.
         api = k8s.CoreV1Api(k8s.ApiClient(configuration))
         return cls(
             api,
@@ -110,6 +110,7 @@ class PodGateway:
             cluster_name=cluster_name,
             concurrency=concurrency,
             counters=counters,
+            credentials=credentials,
         )
 
     def close(self, events_grace_s: float = 2.0) -> None:
@@ -120,10 +121,27 @@ class PodGateway:
         self._api.api_client.close()
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
-        return call(what, fn, self.counters)
+        with self._unauthorized_told():
+            return call(what, fn, self.counters)
 
     def _call_within(self, what: str, budget_s: float, fn: Callable[[float], T]) -> T:
-        return call_within(what, budget_s, fn, self.counters)
+        with self._unauthorized_told():
+            return call_within(what, budget_s, fn, self.counters)
+
+    @contextlib.contextmanager
+    def _unauthorized_told(self) -> Iterator[None]:
+        """A 401 inside: the credentials hear of it (the next call re-reads the token, one line
+        per burst) and the error raised names the token's file and the fix."""
+        try:
+            yield
+        except Unauthorized as e:
+            if self.credentials is None:
+                raise
+            raise self.credentials.rejected(e) from e
+
+    def _watched(self, events: Iterator[PodEvent]) -> Iterator[PodEvent]:
+        with self._unauthorized_told():
+            yield from events
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -173,19 +191,22 @@ class PodGateway:
         dropped or stalled connection, a malformed event. The answer to all of them is the same:
         list again, then watch from the list's resourceVersion.
         """
-        return watch_pods(
-            self._api,
-            namespace=self.namespace,
-            selector=self.selector,
-            resource_version=resource_version,
-            timeout_s=timeout_s,
-            request_timeout_s=self._timeout,
-            on_bookmark=on_bookmark,
+        return self._watched(
+            watch_pods(
+                self._api,
+                namespace=self.namespace,
+                selector=self.selector,
+                resource_version=resource_version,
+                timeout_s=timeout_s,
+                request_timeout_s=self._timeout,
+                on_bookmark=on_bookmark,
+            )
         )
 
     def list_cordoned_nodes(self) -> frozenset[str]:
         """The Kubernetes nodes marked unschedulable (see :mod:`.drains`)."""
-        return list_cordoned_nodes(self._api.api_client, self._timeout, self.counters)
+        with self._unauthorized_told():
+            return list_cordoned_nodes(self._api.api_client, self._timeout, self.counters)
 
     # -- writing ---------------------------------------------------------------------------------
 
@@ -382,13 +403,17 @@ class PodGateway:
                 lambda: send_json(self._api.api_client, "POST", path, event.body, self._timeout),
             )
         except (BackendError, InvalidInput) as e:
-            log.warning("event %s not recorded: %s", event.label, e)
+            # A 401 has its line from the credentials, once per burst and with the fix, not
+            # one per queued Event.
+            if not (isinstance(e, Unauthorized) and self.credentials is not None):
+                log.warning("event %s not recorded: %s", event.label, e)
 
     def ensure_disruption_budget(self, manifest: Mapping[str, Any]) -> bool:
         """Create or patch a pool's PodDisruptionBudget; True when created (see :mod:`.drains`)."""
-        return ensure_disruption_budget(
-            self._api.api_client, manifest, self._timeout, self.counters
-        )
+        with self._unauthorized_told():
+            return ensure_disruption_budget(
+                self._api.api_client, manifest, self._timeout, self.counters
+            )
 
     def create_pods(
         self, manifests: Sequence[Mapping[str, Any]]
