@@ -241,17 +241,6 @@ def check_hook_program(key: str, path: str, exists: bool, executable: bool) -> C
     return Check(Status.PASS, name, f"{path} exists and is executable")
 
 
-def hook_python(resume_program: str, hooks_env: str | None, venv_python_exists: bool) -> str:
-    """The interpreter the hooks run, found as ``slurm_plugins/hook.sh`` finds it: SKB_PYTHON in
-    ``hooks.env``, else the checkout's ``.venv/bin/python``, else ``/usr/bin/python3``."""
-    for line in (hooks_env or "").splitlines():
-        if line.startswith("SKB_PYTHON="):
-            return line.partition("=")[2].strip().strip("\"'")
-    if venv_python_exists:
-        return str(Path(resume_program).resolve().parent.parent / ".venv" / "bin" / "python")
-    return "/usr/bin/python3"
-
-
 def check_python(name: str, executable: str, version: tuple[int, int] | None) -> Check:
     want = ".".join(map(str, MIN_PYTHON))
     if version is None:

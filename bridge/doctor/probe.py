@@ -1,19 +1,22 @@
-"""The doctor's facts: gathered from this host, its slurmctld (:class:`SlurmCli`) and Kubernetes
-(:class:`PodGateway`), then judged by :mod:`bridge.doctor.checks`."""
+"""The doctor's facts: gathered from this host, its slurmctld (:class:`SlurmCli`, one no-op node
+write among the reads) and Kubernetes (:class:`PodGateway`, and a dry-run create of each pool's
+pod), then judged by :mod:`bridge.doctor.checks`, :mod:`~bridge.doctor.slurm_writes`,
+:mod:`~bridge.doctor.images` and :mod:`~bridge.doctor.hook_runtime`."""
 
 from __future__ import annotations
 
 import grp
 import os
 import pwd
-import re
 import socket
 import stat
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from bridge.adapters.kubernetes import PodGateway
+from bridge.adapters.kubernetes.dry_run import dry_run_create_pod
 from bridge.adapters.slurm.cli import SlurmCli, read_slurm_user
 from bridge.doctor.checks import (
     CORDON_ACCESS,
@@ -32,28 +35,30 @@ from bridge.doctor.checks import (
     check_route,
     check_slurm,
     check_socket,
-    hook_python,
     key_secret,
     missing_access,
     readable_names,
 )
+from bridge.doctor.hook_runtime import HookFiles, check_hook_runtime, hook_runtime
+from bridge.doctor.images import (
+    check_image_names,
+    check_pod_admission,
+    check_slurmd_series,
+    pod_images,
+    series_of_version,
+    slurmd_image,
+)
+from bridge.doctor.interpreter import run_hook_python
+from bridge.doctor.slurm_writes import check_slurm_write, write_probe_node
+from bridge.domain.nodes import SlurmNode
+from bridge.domain.pod_rendering import render_pod
+from bridge.domain.pods import PodView
+from bridge.domain.pools import NodePool
 from bridge.errors import BackendError, BridgeError, Forbidden
 from bridge.settings import BridgeConfig
 
-
-def python_version(executable: str) -> tuple[int, int] | None:
-    """The version of the Python at ``executable`` without running it: the name it resolves to
-    (``python3.11``), else ``version`` in the venv's ``pyvenv.cfg``; None when neither says."""
-    path = Path(executable)
-    match = re.fullmatch(r"python(\d+)\.(\d+)", path.resolve().name)
-    if match:
-        return int(match[1]), int(match[2])
-    try:
-        cfg = (path.parent.parent / "pyvenv.cfg").read_text()
-    except OSError:
-        return None
-    found = re.search(r"^version(?:_info)?\s*=\s*(\d+)\.(\d+)", cfg, re.MULTILINE)
-    return (int(found[1]), int(found[2])) if found else None
+#: Enough of a hook to see its shebang, pip's exec line and whether it sources hook.sh.
+HOOK_HEAD_BYTES: Final = 4096
 
 
 def run_checks(config: BridgeConfig) -> list[Check]:
@@ -119,7 +124,9 @@ def _kubernetes_checks(config: BridgeConfig) -> list[Check]:
                     readable=readable_names(rules, "services"),
                 )
             )
-        checks.append(_route(pods))
+        listed, _ = pods.list_pods()
+        checks += _dry_runs(pods, config, {p.name for p in listed}, "create pods" not in missing)
+        checks.append(_route(listed))
         return checks
     except BackendError as e:
         return [*checks, Check(Status.FAIL, "kubernetes", str(e), "check the API server")]
@@ -134,8 +141,56 @@ def _exists(read: Any, name: str) -> bool | None:
         return None
 
 
-def _route(pods: PodGateway) -> Check:
-    listed, _ = pods.list_pods()
+def _dry_runs(
+    pods: PodGateway, config: BridgeConfig, existing: set[str], may_create: bool
+) -> list[Check]:
+    """Each pool's pod, rendered as the bridge renders it, sent as a server-side dry run: for
+    a node with no pod when there is one (a pod of the name answers 409 after admission)."""
+    if not may_create:
+        return [
+            Check(
+                Status.SKIP,
+                "pod dry runs",
+                "not tried: these credentials may not create pods (see rbac)",
+            )
+        ]
+    checks: list[Check] = []
+    for pool in config.pools:
+        node = next((n for n in pool.node_names if n not in existing), pool.node_names[0])
+        manifest = _render(pool, node, config)
+        if isinstance(manifest, Check):
+            checks.append(manifest)
+            continue
+        bad_name = check_image_names(pool.name, pod_images(manifest))
+        if bad_name is not None:
+            checks.append(bad_name)
+            continue
+        try:
+            created = dry_run_create_pod(pods, manifest)
+        except BridgeError as e:
+            checks.append(check_pod_admission(pool.name, node, pods.namespace, e))
+            continue
+        checks.append(
+            check_pod_admission(pool.name, node, pods.namespace, None, exists=not created)
+        )
+    return checks
+
+
+def _render(pool: NodePool, node: str, config: BridgeConfig) -> dict[str, Any] | Check:
+    """The pod the bridge would create for ``node``, or a FAIL saying why it cannot render it
+    (check-config says the same; a configuration is loaded without rendering)."""
+    try:
+        return render_pod(pool, node, config.pod_settings())
+    except (BridgeError, ValueError) as e:
+        return Check(
+            Status.FAIL,
+            f"pod {pool.name}",
+            f"pool {pool.name}: its pod cannot be rendered: {e}",
+            "fix the pool (slurm-k8s-bridge check-config names the field)",
+        )
+
+
+def _route(listed: Sequence[PodView]) -> Check:
     tried: dict[str, str] = {}
     for pod in [p for p in listed if p.is_running and p.ip][:5]:
         try:
@@ -169,6 +224,8 @@ def _slurm_checks(config: BridgeConfig) -> list[Check]:
         ]
     pool_nodes = [name for pool in config.pools for name in pool.node_names]
     checks = [check_slurm(nodes, pool_nodes)]
+    checks.append(_write_check(cli, nodes, pool_nodes, settings, s.conf))
+    checks += _series_checks(config, cli, settings)
     for key in HOOK_KEYS:
         path = settings.get(key, "")
         checks.append(
@@ -181,29 +238,108 @@ def _slurm_checks(config: BridgeConfig) -> list[Check]:
         )
     resume = settings.get("ResumeProgram", "")
     if resume and Path(resume).exists():
-        checks.append(_hook_python(resume))
+        checks.append(probe_hooks_python(resume))
     return checks
 
 
-def _hook_python(resume_program: str) -> Check:
-    invoked, real = Path(resume_program), Path(resume_program).resolve()
-    hooks_env = None
-    for candidate in (invoked.parent / "hooks.env", real.parent / "hooks.env"):
+def _write_check(
+    cli: SlurmCli,
+    nodes: Sequence[SlurmNode],
+    pool_nodes: Sequence[str],
+    settings: dict[str, str],
+    conf: str | None,
+) -> Check:
+    """Set one pool node's Comment to what it is: slurmctld authorizes it as the bridge's own
+    node updates, and nobody sees a change."""
+    node = write_probe_node(nodes, pool_nodes)
+    error: BridgeError | None = None
+    if node is not None:
         try:
-            hooks_env = candidate.read_text()
+            cli.set_node_comment([node.name], node.comment)
+        except BridgeError as e:
+            error = e
+    return check_slurm_write(node, _user_name(os.geteuid()), _slurm_user(settings, conf), error)
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _slurm_user(settings: dict[str, str], conf: str | None) -> str:
+    """SlurmUser as slurmctld runs it (``root(0)`` in show config), else from slurm.conf."""
+    shown = settings.get("SlurmUser", "").split("(", 1)[0].strip()
+    if shown:
+        return shown
+    try:
+        return read_slurm_user(conf)
+    except BridgeError:
+        return "root"
+
+
+def _series_checks(config: BridgeConfig, cli: SlurmCli, settings: dict[str, str]) -> list[Check]:
+    """The Slurm series of each distinct slurmd image against slurmctld's (its SLURM_VERSION;
+    the client's when show config lacks it)."""
+    controller = series_of_version(settings.get("SLURM_VERSION", ""))
+    if not controller:
+        try:
+            controller = cli.version().series
+        except BridgeError:
+            controller = ""
+    images: dict[str, list[str]] = {}
+    for pool in config.pools:
+        manifest = _render(pool, pool.node_names[0], config)
+        if isinstance(manifest, dict):  # a pool that does not render has its FAIL already
+            images.setdefault(slurmd_image(manifest), []).append(pool.name)
+    return [check_slurmd_series(image, pools, controller) for image, pools in images.items()]
+
+
+def probe_hooks_python(resume_program: str) -> Check:
+    """What ResumeProgram runs, found as it finds it; its Python run as slurmctld would."""
+    files = probe_hook_files(resume_program)
+    runtime = hook_runtime(files)
+    run = run_hook_python(runtime) if runtime.python else None
+    where = files.hooks_env_path or str(Path(resume_program).parent / "hooks.env")
+    return check_hook_runtime(runtime, run, where)
+
+
+def probe_hook_files(program: str) -> HookFiles:
+    """What ``program`` is and what lies beside it, read as hook.sh would find it."""
+    invoked = Path(program)
+    real = invoked.resolve()
+    try:
+        with real.open("rb") as f:
+            head: str | None = f.read(HOOK_HEAD_BYTES).decode(errors="replace")
+    except OSError:
+        head = None
+    # hook.sh: hooks.env beside the hook as invoked if readable, else beside the real file.
+    env_path, env_text = "", None
+    for candidate in (invoked.parent / "hooks.env", real.parent / "hooks.env"):
+        if os.access(candidate, os.R_OK):
+            try:
+                env_text = candidate.read_text(errors="replace")
+            except OSError:
+                continue
+            env_path = str(candidate)
             break
-        except OSError:
-            continue
-    venv = real.parent.parent / ".venv" / "bin" / "python"
-    executable = hook_python(resume_program, hooks_env, os.access(venv, os.X_OK))
-    if not os.access(executable, os.X_OK):
-        return Check(
-            Status.FAIL,
-            "hooks python",
-            f"{executable} is not an executable (the hooks set their nodes DOWN)",
-            "set SKB_PYTHON in hooks.env next to the hooks",
-        )
-    return check_python("hooks python", executable, python_version(executable))
+    repo = real.parent.parent
+    return HookFiles(
+        program=program,
+        real=str(real),
+        head=head,
+        hooks_env_path=env_path,
+        hooks_env=env_text,
+        go_client=_executable(real.parent / "bin" / "skb-hook"),
+        venv_python=_executable(repo / ".venv" / "bin" / "python"),
+        checkout=(repo / "bridge" / "hooks.py").is_file(),
+    )
+
+
+def _executable(path: Path) -> bool:
+    """``test -x``: an executable that is not a directory."""
+    return os.access(path, os.X_OK) and not path.is_dir()
 
 
 def _socket_check(config: BridgeConfig) -> Check:

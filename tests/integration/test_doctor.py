@@ -1,16 +1,24 @@
 """``slurm-k8s-bridge doctor`` against the proving ground: it passes with the ground's bridge
-configuration and credentials, and fails with a named cause when the munge key Secret is missing
-and when the credentials lack ``create pods``."""
+configuration and credentials (the slurmd image's series is a warning: ``slurmd:dev`` names
+none), and fails with a named cause when the key Secret is missing, when the credentials lack
+``create pods``, when a pool's image is not on the namespace's allow-list or of a Slurm series
+slurmctld refuses, and when its Slurm commands run as a user who may not update nodes.
+
+Nothing here changes the ground: the dry runs store nothing, the write check sets a Comment to
+what it is, and the refused write changes nothing."""
 
 from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from proving_ground.bridge_daemon import bridge_env
 from proving_ground.layout import APISERVER_PORT
+from proving_ground.slurm import ground_programs
 
 from tests.conftest import ROOT, ProvingGround
 
@@ -21,9 +29,11 @@ RBAC = ROOT / "deploy" / "kustomize" / "base" / "rbac.yaml"
 THROWAWAY = "skb-doctor-test"
 
 
-def doctor(pg: ProvingGround, **env: str) -> subprocess.CompletedProcess[str]:
+def doctor(
+    pg: ProvingGround, config: Path = CONFIG, **env: str
+) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
-        [str(ROOT / ".venv" / "bin" / "slurm-k8s-bridge"), "doctor", "-c", str(CONFIG)],
+        [str(ROOT / ".venv" / "bin" / "slurm-k8s-bridge"), "doctor", "-c", str(config)],
         env={**bridge_env(pg.layout), **env},
         capture_output=True,
         text=True,
@@ -51,21 +61,156 @@ def ground_role(
     return proving_ground
 
 
+#: The pools of the ground's configuration: one dry-run create each.
+POOLS = [pool["name"] for pool in yaml.safe_load(CONFIG.read_text())["pools"]]
+#: Not failures, and expected here: ``slurmd:dev`` and ``:does-not-exist`` name no series;
+#: running kwok pods have IPs nothing routes to.
+ALLOWED_WARNINGS = (
+    "WARN  slurmd series localhost/slurm-k8s-bridge/slurmd:",
+    "WARN  route to pods:",
+)
+
+
 def test_doctor_passes_on_the_proving_ground(ground_role: ProvingGround) -> None:
     result = doctor(ground_role)
     assert result.returncode == 0, result.stdout
     assert not lines(result, "FAIL")
-    for check in ("credentials", "rbac", "secret slurm-munge-key", "service slurm-nodes", "slurm"):
+    checks = ["credentials", "rbac", "secret slurm-munge-key", "service slurm-nodes", "slurm"]
+    checks += ["slurm writes", "hooks python", *(f"pod {pool}" for pool in POOLS)]
+    if ground_role.auth == "slurm":
+        checks[2] = "secret slurm-key"
+    for check in checks:
         assert any(line.startswith(f"PASS  {check}:") for line in result.stdout.splitlines()), check
     for key in ("ResumeProgram", "SuspendProgram", "ResumeFailProgram", "socket"):
         assert f"PASS  {key}:" in result.stdout
+    # The ground's hooks run inside Slurm's root, which has no Python: the Go client.
+    assert "PASS  hooks python: not needed: " in result.stdout
+    assert "runs the Go client" in result.stdout
+    for line in lines(result, "WARN"):
+        assert line.startswith(ALLOWED_WARNINGS), line
+    # What doctor cannot know from slurmd:dev, it says, and how to look.
+    assert "names no Slurm series" in result.stdout
+    assert f"slurmctld runs {ground_role.series}" in result.stdout
+
+
+def config_with(tmp_path: Path, **pool: Any) -> Path:
+    """The ground's configuration with only its ``cpu`` pool, changed as given."""
+    data = yaml.safe_load(CONFIG.read_text())
+    cpu = next(p for p in data["pools"] if p["name"] == "cpu")
+    data["pools"] = [{**cpu, **pool}]
+    path = tmp_path / "bridge.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def only_failure(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 1, result.stdout
+    (failure,) = lines(result, "FAIL")
+    return failure
 
 
 def test_doctor_fails_naming_a_secret_that_is_not_there(ground_role: ProvingGround) -> None:
-    result = doctor(ground_role, SKB_SLURM_MUNGE_KEY_SECRET="skb-no-such-key")  # noqa: S106
-    assert result.returncode == 1
-    (failure,) = lines(result, "FAIL")
-    assert failure.startswith("FAIL  secret skb-no-such-key: Secret skb-no-such-key ")
+    key = "SLURM_KEY_SECRET" if ground_role.auth == "slurm" else "MUNGE_KEY_SECRET"
+    result = doctor(ground_role, **{f"SKB_SLURM_{key}": "skb-no-such-key"})
+    failure = only_failure(result)
+    assert failure.startswith("FAIL  secret skb-no-such-key: Secret skb-no-such-key "), failure
+
+
+def test_doctor_fails_naming_a_secret_the_config_names(
+    ground_role: ProvingGround, tmp_path: Path
+) -> None:
+    """A configuration file naming a Secret that does not exist. The ground's Role may read
+    only the Secret it names, so the API server cannot say "not found"; doctor says both names
+    (the limited ServiceAccount below sees a real 404)."""
+    key = "slurm_key_secret" if ground_role.auth == "slurm" else "munge_key_secret"
+    data = yaml.safe_load(CONFIG.read_text())
+    data["slurm"][key] = "skb-no-such-key"
+    config = tmp_path / "bridge.yaml"
+    config.write_text(yaml.safe_dump(data))
+    failure = only_failure(doctor(ground_role, config))
+    assert failure.startswith(
+        "FAIL  secret skb-no-such-key: Secret skb-no-such-key is not one these credentials may "
+        "read in namespace slurm"
+    ), failure
+    assert "-> fix the name in the configuration, or the Role's resourceNames" in failure
+
+
+def test_doctor_fails_an_image_the_namespace_does_not_allow(
+    ground_role: ProvingGround, tmp_path: Path
+) -> None:
+    image = "registry.example.org/hpc/slurmd:dev"
+    failure = only_failure(doctor(ground_role, config_with(tmp_path, image=image)))
+    assert failure.startswith("FAIL  pod cpu: pool cpu: the pod of cpu-"), failure
+    # The namespace's admission policy said no (deploy/kustomize/namespace), and doctor says
+    # where the allow-list is.
+    assert (
+        "image(s) not in the allow-list (annotation slurm-k8s-bridge.io/allowed-images of "
+        f"namespace slurm): {image}"
+    ) in failure
+    assert (
+        "-> add the image (or a prefix ending in *) to the annotation "
+        "slurm-k8s-bridge.io/allowed-images of namespace slurm"
+    ) in failure
+
+
+def test_doctor_fails_a_slurmd_image_of_a_series_slurmctld_refuses(
+    ground_role: ProvingGround, tmp_path: Path
+) -> None:
+    """An allowed image (the allow-list takes every tag of slurmd) of another series: 22.05
+    is too old for 24.11 and 26.05 (they accept three releases back), 26.05 too new for 22.05.
+    The image need not exist: doctor reads the series from the tag."""
+    ground = ground_role.series
+    other = "26.05" if ground == "22.05" else "22.05"
+    image = f"localhost/slurm-k8s-bridge/slurmd:{other}-0.1.0"
+    result = doctor(ground_role, config_with(tmp_path, image=image))
+    failure = only_failure(result)
+    assert failure.startswith(f"FAIL  slurmd series {image}: pool cpu: slurmd {other} is "), failure
+    assert ("newer than" if other > ground else "releases older than") in failure
+    assert f"slurmctld {ground}" in failure
+    assert f"-> use a slurmd image of Slurm {ground} (`make image SLURM={ground}`)" in failure
+    # The API server admits it: the series is the only fault.
+    assert "PASS  pod cpu:" in result.stdout
+
+
+@pytest.fixture
+def scontrol_as_nobody(proving_ground: ProvingGround, tmp_path: Path) -> Path:
+    """A Slurm bin directory whose scontrol runs as ``nobody`` (not root, not SlurmUser, no
+    AdminLevel): the ground's clients otherwise. The series of a root runs its clients through
+    enter-root, which needs root for its mount namespace, so the uid changes inside the root.
+    nobody needs slurm.conf (0644 under 0755 directories) and munged's socket (0777)."""
+    programs = ground_programs(proving_ground.layout)
+    bin_dir = tmp_path / "slurm-bin"
+    bin_dir.mkdir()
+    runuser = ["/usr/sbin/runuser", "-u", "nobody", "--", "/usr/bin/scontrol"]
+    if not programs.on_host:
+        runuser = [str(programs.bin_dir / "enter-root"), *runuser]
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(f'#!/bin/sh\nexec {" ".join(runuser)} "$@"\n')
+    scontrol.chmod(0o755)
+    for client in ("sinfo", "squeue"):
+        (bin_dir / client).symlink_to(programs.client(client))
+    bin_dir.chmod(0o755)
+    return bin_dir
+
+
+def test_doctor_fails_when_its_user_may_not_update_slurm_nodes(
+    ground_role: ProvingGround, scontrol_as_nobody: Path
+) -> None:
+    """doctor names the user it runs as (root here: only its scontrol is nobody, a stand-in
+    for a bridge user without rights)."""
+    result = doctor(ground_role, SKB_SLURM_BIN_DIR=str(scontrol_as_nobody))
+    failure = only_failure(result)
+    assert failure.startswith(
+        "FAIL  slurm writes: the bridge's user root may not update nodes: slurmctld refused a "
+        "no-op `scontrol update nodename="
+    ), failure
+    assert "slurm_update error: Invalid user id" in failure
+    assert (
+        "-> grant it AdminLevel=Admin with `sacctmgr modify user root set adminlevel=Admin` "
+        "(needs slurmdbd), or run the bridge as SlurmUser "
+    ) in failure
+    # Reading needs no rights: the rest of the Slurm checks pass with the same scontrol.
+    assert "PASS  slurm: slurmctld answers" in result.stdout
 
 
 @pytest.fixture

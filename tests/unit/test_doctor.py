@@ -1,5 +1,7 @@
-"""The doctor's decisions, as tables: RBAC rules → missing verbs, objects, Slurm, hooks, Python,
-socket permissions, name resolution and routes; and the subcommand's exit status."""
+"""The doctor's decisions, as tables: RBAC rules → missing verbs, objects (the key Secret),
+Slurm and its write rights, hooks, Python, socket permissions, name resolution and routes, the
+pools' pods (image names, the API server's dry-run answers) and the slurmd image's series; and
+the subcommand's exit status. What the hooks run: tests/unit/test_doctor_hooks.py."""
 
 from __future__ import annotations
 
@@ -14,6 +16,14 @@ from bridge.adapters.slurm.cli import parse_show_config
 from bridge.cli.main import main
 from bridge.doctor import Check, Owner, SocketFacts, Status
 from bridge.domain.nodes import SlurmNode
+from bridge.errors import (
+    BackendError,
+    BridgeError,
+    Forbidden,
+    InvalidInput,
+    NoCapacity,
+    TransientBackendError,
+)
 from bridge.settings import SlurmSettings
 
 POD_RULE = {
@@ -211,31 +221,6 @@ def test_python_version(version: tuple[int, int] | None, status: Status) -> None
     assert doctor.check_python("hooks python", "/usr/bin/python3", version).status is status
 
 
-@pytest.mark.parametrize(
-    ("hooks_env", "venv", "python"),
-    [
-        ("SKB_PYTHON=/opt/skb/venv/bin/python\n", True, "/opt/skb/venv/bin/python"),
-        ('# x\nSKB_PYTHON="/opt/q/python"\n', False, "/opt/q/python"),
-        (None, True, "/repo/.venv/bin/python"),
-        ("SKB_SOCKET=unix:/x\n", False, "/usr/bin/python3"),
-    ],
-)
-def test_hook_python_found_as_hook_sh_finds_it(
-    hooks_env: str | None, venv: bool, python: str
-) -> None:
-    assert doctor.hook_python("/repo/slurm_plugins/resume", hooks_env, venv) == python
-
-
-def test_python_version_from_a_venv(tmp_path: Path) -> None:
-    (tmp_path / "bin").mkdir()
-    (tmp_path / "bin" / "python").write_text("")
-    (tmp_path / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.9.18\n")
-    assert doctor.python_version(str(tmp_path / "bin" / "python")) == (3, 9)
-    (tmp_path / "bin" / "python3.12").write_text("")
-    assert doctor.python_version(str(tmp_path / "bin" / "python3.12")) == (3, 12)
-    assert doctor.python_version(str(tmp_path / "nothing")) is None
-
-
 SLURM_GID, BRIDGE_UID, SLURM_UID = 64030, 990, 64030
 
 
@@ -427,3 +412,403 @@ def test_cordon_access_is_a_warning(
     assert text in check.line()
     if status is Status.WARN:
         assert "ClusterRole slurm-k8s-bridge-nodes" in check.line()
+
+
+# --- the key Secret the pods mount, missing (issue 28 item 3.5) ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("slurm", "secret", "command"),
+    [
+        (
+            SlurmSettings(),
+            "slurm-munge-key",
+            "kubectl -n hpc create secret generic slurm-munge-key "
+            "--from-file=munge.key=/etc/munge/munge.key",
+        ),
+        (
+            SlurmSettings(munge_key_secret="site-munge"),  # noqa: S106
+            "site-munge",
+            "kubectl -n hpc create secret generic site-munge "
+            "--from-file=munge.key=/etc/munge/munge.key",
+        ),
+        (
+            SlurmSettings(auth="slurm"),
+            "slurm-key",
+            "kubectl -n hpc create secret generic slurm-key "
+            "--from-file=slurm.key=/etc/slurm/slurm.key",
+        ),
+    ],
+)
+def test_a_missing_key_secret_fails_naming_it_and_how_to_make_it(
+    slurm: SlurmSettings, secret: str, command: str
+) -> None:
+    name, fix = doctor.key_secret(slurm, "hpc")
+    check = doctor.check_object("Secret", name, "hpc", False, fix)
+    assert check.status is Status.FAIL
+    assert check.line().startswith(
+        f"FAIL  secret {secret}: Secret {secret} not found in namespace hpc -> create it from "
+    )
+    assert check.line().endswith(command)
+
+
+# --- Slurm write rights --------------------------------------------------------------------------
+
+#: What 26.05's scontrol printed to a no-op comment update as uid 65534 (slurmctld logged
+#: "error: Security violation, UPDATE_NODE RPC from uid=65534"); 22.05 and 24.11 use the same code.
+REFUSED = BackendError(
+    "scontrol update nodename=cpu-3 comment=: exit status 1: slurm_update error: Invalid user id"
+)
+
+
+def slurm_node(name: str, state: str = "IDLE", *flags: str, comment: str = "") -> SlurmNode:
+    return SlurmNode(name=name, state=state, flags=frozenset({"CLOUD", *flags}), comment=comment)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "chosen"),
+    [
+        # A powered-down node with no comment: the bridge writes nothing there meanwhile.
+        (
+            [
+                slurm_node("cpu-0", "ALLOCATED", comment="k8s: pod cpu-0 on n1"),
+                slurm_node("cpu-1", "IDLE", "POWERED_DOWN", comment="admin: flaky"),
+                slurm_node("cpu-2", "IDLE", "POWERED_DOWN"),
+            ],
+            "cpu-2",
+        ),
+        (
+            [
+                slurm_node("cpu-0", "ALLOCATED", comment="k8s: pod cpu-0 on n1"),
+                slurm_node("cpu-1", "IDLE", "POWERED_DOWN", comment="admin: flaky"),
+            ],
+            "cpu-1",
+        ),
+        ([slurm_node("cpu-0", "ALLOCATED"), slurm_node("cpu-1", "IDLE")], "cpu-1"),
+        # Nodes outside the pools are never written.
+        ([slurm_node("login", "IDLE", "POWERED_DOWN"), slurm_node("cpu-1", "MIXED")], "cpu-1"),
+        ([slurm_node("login", "IDLE", "POWERED_DOWN")], None),
+        ([], None),
+    ],
+)
+def test_the_write_goes_to_a_quiet_pool_node(nodes: list[SlurmNode], chosen: str | None) -> None:
+    node = doctor.write_probe_node(nodes, ["cpu-0", "cpu-1", "cpu-2"])
+    assert (node.name if node else None) == chosen
+
+
+@pytest.mark.parametrize(
+    ("node", "error", "status", "text"),
+    [
+        (slurm_node("cpu-3"), None, Status.PASS, "user skb may update nodes"),
+        (
+            slurm_node("cpu-3"),
+            REFUSED,
+            Status.FAIL,
+            "FAIL  slurm writes: the bridge's user skb may not update nodes: slurmctld refused "
+            "a no-op `scontrol update nodename=cpu-3 comment=<its comment>`: scontrol update "
+            "nodename=cpu-3 comment=: exit status 1: slurm_update error: Invalid user id -> "
+            "grant it AdminLevel=Admin with `sacctmgr modify user skb set adminlevel=Admin` "
+            "(needs slurmdbd), or run the bridge as SlurmUser slurm",
+        ),
+        (
+            slurm_node("cpu-3"),
+            BackendError("scontrol update ...: slurm_update error: Access/permission denied"),
+            Status.FAIL,
+            "may not update nodes",
+        ),
+        (
+            slurm_node("cpu-3"),
+            TransientBackendError("scontrol update ...: Unable to contact slurm controller"),
+            Status.WARN,
+            "cannot tell whether user skb may update nodes",
+        ),
+        (
+            slurm_node("cpu-3"),
+            InvalidInput("scontrol update ...: Invalid node name specified"),
+            Status.WARN,
+            "failed: scontrol update ...: Invalid node name specified",
+        ),
+        (None, None, Status.SKIP, "no pool node known to Slurm"),
+    ],
+)
+def test_slurm_write_rights(
+    node: SlurmNode | None, error: BridgeError | None, status: Status, text: str
+) -> None:
+    check = doctor.check_slurm_write(node, "skb", "slurm", error)
+    assert check.status is status
+    assert text in check.line()
+
+
+# --- image references and the slurmd image's Slurm series ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reference", "parsed"),
+    [
+        ("localhost/slurm-k8s-bridge/slurmd:dev", ("localhost/slurm-k8s-bridge/slurmd", "dev", "")),
+        ("slurmd", ("slurmd", "", "")),
+        (
+            "registry.example.org:5000/hpc/slurmd:24.11-0.1.0",
+            ("registry.example.org:5000/hpc/slurmd", "24.11-0.1.0", ""),
+        ),
+        (
+            "ghcr.io/slinkyproject/slurmd:25.05-ubuntu24.04@sha256:" + "a" * 64,
+            ("ghcr.io/slinkyproject/slurmd", "25.05-ubuntu24.04", "sha256:" + "a" * 64),
+        ),
+        ("[::1]:5000/slurmd:x", ("[::1]:5000/slurmd", "x", "")),
+        # What a kubelet refuses (InvalidImageName), though the API server admits it.
+        ("localhost/slurm-k8s-bridge/Slurmd:dev", None),
+        ("slurmd:BAD NAME", None),
+        ("slurmd:-dev", None),
+        ("slurmd@sha256:abc", None),
+        ("slurmd:", None),
+        ("/slurmd", None),
+        ("", None),
+    ],
+)
+def test_parse_image_reference(reference: str, parsed: tuple[str, str, str] | None) -> None:
+    result = doctor.parse_image_reference(reference)
+    assert (None if result is None else (result.name, result.tag, result.digest)) == parsed
+
+
+@pytest.mark.parametrize(
+    ("image", "series"),
+    [
+        ("localhost/slurm-k8s-bridge/slurmd:24.11-0.1.0", "24.11"),  # make image's release tag
+        ("localhost/slurm-k8s-bridge/slurmd:26.05", "26.05"),  # and its moving series tag
+        ("registry.example.org/hpc/slurmd:22.05.8-1", "22.05"),
+        ("ghcr.io/slinkyproject/slurmd:25.05-ubuntu24.04", "25.05"),  # 24.04 is no Slurm release
+        ("site/slurm:slurm-23.11.10-rocky9", "23.11"),
+        ("localhost/slurm-k8s-bridge/slurmd:dev", ""),
+        ("slurmd", ""),
+        ("site/slurmd:2024.11", ""),
+        ("site/slurmd:24.115", ""),
+        ("site/slurmd:25.02", ""),  # no such release
+        ("site/slurmd:24.11-to-25.05", ""),  # two series: cannot tell
+        ("slurmd-24.11:latest", ""),  # only the tag is read
+        ("Slurmd:24.11", ""),  # not an image reference at all
+    ],
+)
+def test_image_series_is_read_from_the_tag(image: str, series: str) -> None:
+    assert doctor.image_series(image) == series
+
+
+@pytest.mark.parametrize(
+    ("series", "index"),
+    [
+        ("22.05", 7),
+        ("23.02", 8),
+        ("23.11", 9),
+        ("24.05", 10),
+        ("24.11", 11),
+        ("25.05", 12),
+        ("25.11", 13),
+        ("26.05", 14),
+        ("27.11", 17),
+        ("24.08", None),
+        ("23.05", None),
+        ("26", None),
+        ("", None),
+    ],
+)
+def test_release_index(series: str, index: int | None) -> None:
+    assert doctor.release_index(series) == index
+
+
+@pytest.mark.parametrize(
+    ("controller", "window"),
+    [("22.05", 2), ("23.11", 2), ("24.05", 2), ("24.11", 3), ("26.05", 3), ("", 2)],
+)
+def test_slurmctld_accepts_two_older_releases_three_from_24_11(
+    controller: str, window: int
+) -> None:
+    assert doctor.accepted_older_releases(controller) == window
+
+
+@pytest.mark.parametrize(
+    ("version", "series"),
+    [("26.05.5", "26.05"), ("22.05.8", "22.05"), ("24.11.0-0rc1", "24.11"), ("", ""), ("x", "")],
+)
+def test_series_of_version(version: str, series: str) -> None:
+    assert doctor.series_of_version(version) == series
+
+
+IMAGE = "localhost/slurm-k8s-bridge/slurmd"
+
+
+@pytest.mark.parametrize(
+    ("tag", "controller", "status", "text"),
+    [
+        ("26.05-0.1.0", "26.05", Status.PASS, "Slurm 26.05, as slurmctld"),
+        ("22.05", "22.05", Status.PASS, "as slurmctld"),
+        # Never newer than slurmctld.
+        ("26.05", "24.11", Status.FAIL, "slurmd 26.05 is newer than slurmctld 24.11"),
+        ("23.02", "22.05", Status.FAIL, "newer than slurmctld 22.05"),
+        # 24.11 accepts 23.02 (three back), not 22.05 (deploy/images/slurmd/README.md).
+        ("23.02", "24.11", Status.WARN, "3 releases older than slurmctld 24.11"),
+        ("22.05", "24.11", Status.FAIL, "4 releases older than slurmctld 24.11, which accepts"),
+        ("22.05", "26.05", Status.FAIL, "7 releases older"),
+        ("24.11", "26.05", Status.WARN, "(Slurm accepts up to 3)"),
+        ("25.11", "26.05", Status.WARN, "1 release older than slurmctld 26.05"),
+        # Before 24.11, two.
+        ("21.08", "22.05", Status.WARN, "(Slurm accepts up to 2)"),
+        # 22.05's release notes: "can be upgraded from version 20.11 or 21.08".
+        ("20.11", "22.05", Status.WARN, "2 releases older"),
+        ("20.02", "22.05", Status.FAIL, "3 releases older than slurmctld 22.05, which accepts"),
+        # What a site's tag may not say: a warning that says how to look.
+        ("dev", "26.05", Status.WARN, "names no Slurm series, so doctor cannot tell"),
+        ("26.05", "", Status.WARN, "cannot tell slurmctld's series"),
+    ],
+)
+def test_slurmd_series(tag: str, controller: str, status: Status, text: str) -> None:
+    check = doctor.check_slurmd_series(f"{IMAGE}:{tag}", ["cpu", "big"], controller)
+    assert check.status is status, check.line()
+    assert text in check.line()
+    assert check.line().startswith(f"{status.value}  slurmd series {IMAGE}:{tag}: pools cpu, big")
+    if status is Status.FAIL:
+        assert (
+            check.fix
+            == f"use a slurmd image of Slurm {controller} (`make image SLURM={controller}`)"
+        )
+    if "no Slurm series" in text:
+        assert f"podman run --rm --entrypoint slurmd {IMAGE}:{tag} -V" in check.fix
+        assert "it must say 26.05, or one of the 3 releases before it" in check.fix
+
+
+# --- the pools' pods: image names and a server-side dry run --------------------------------------
+
+
+def test_image_names_a_kubelet_refuses_fail() -> None:
+    assert doctor.check_image_names("cpu", [f"{IMAGE}:dev", "busybox"]) is None
+    check = doctor.check_image_names("cpu", [f"{IMAGE}:dev", "Site/Sidecar:1"])
+    assert check is not None
+    assert check.status is Status.FAIL
+    assert "'Site/Sidecar:1' is not a valid image reference" in check.cause
+    assert "InvalidImageName" in check.cause
+
+
+def test_pod_images_and_the_slurmd_image() -> None:
+    pod = {
+        "spec": {
+            "initContainers": [{"name": "init", "image": "busybox:1"}],
+            "containers": [
+                {"name": "sidecar", "image": "exporter:2"},
+                {"name": "slurmd", "image": f"{IMAGE}:26.05"},
+            ],
+        }
+    }
+    assert doctor.pod_images(pod) == ["busybox:1", "exporter:2", f"{IMAGE}:26.05"]
+    assert doctor.slurmd_image(pod) == f"{IMAGE}:26.05"
+
+
+#: The messages the proving ground's API server (v1.34.4) gave to dry-run creates.
+ALLOW_LIST_REFUSAL = (
+    'dry-run create pod cpu-0: forbidden: pods "cpu-0" is forbidden: ValidatingAdmissionPolicy '
+    "'slurm-k8s-bridge-pods' with binding 'slurm-k8s-bridge-pods' denied request: "
+    "slurm-k8s-bridge-pods: image(s) not in the allow-list (annotation "
+    "slurm-k8s-bridge.io/allowed-images of namespace slurm): docker.io/evil:1"
+)
+
+
+@pytest.mark.parametrize(
+    ("error", "exists", "status", "cause", "fix"),
+    [
+        (None, False, Status.PASS, "the pod of cpu-0 would be created", ""),
+        (None, True, Status.PASS, "passed admission (a pod of that name exists)", ""),
+        (
+            Forbidden(ALLOW_LIST_REFUSAL),
+            False,
+            Status.FAIL,
+            "image(s) not in the allow-list",
+            "add the image (or a prefix ending in *) to the annotation "
+            "slurm-k8s-bridge.io/allowed-images of namespace slurm "
+            "(deploy/kustomize/namespace/namespace.yaml)",
+        ),
+        (
+            Forbidden(
+                "dry-run create pod cpu-0: forbidden: ... hostPath volume(s) not in the "
+                "allow-list (annotation slurm-k8s-bridge.io/allowed-host-paths of namespace "
+                "slurm): /scratch"
+            ),
+            False,
+            Status.FAIL,
+            "/scratch",
+            "add the path to the annotation slurm-k8s-bridge.io/allowed-host-paths",
+        ),
+        (
+            Forbidden(
+                'dry-run create pod cpu-0: forbidden: pods "cpu-0" is forbidden: violates '
+                'PodSecurity "baseline:latest": privileged (container "slurmd" must not set '
+                "securityContext.privileged=true)"
+            ),
+            False,
+            Status.FAIL,
+            "violates PodSecurity",
+            "label namespace slurm pod-security.kubernetes.io/enforce=privileged",
+        ),
+        (
+            Forbidden(
+                'dry-run create pod cpu-0: forbidden: pods is forbidden: User "system:'
+                'serviceaccount:slurm:slurm-k8s-bridge" cannot create resource "pods" in API '
+                'group "" in the namespace "slurm"'
+            ),
+            False,
+            Status.FAIL,
+            "cannot create resource",
+            "grant create pods in slurm (apply the Role of deploy/kustomize/base/rbac.yaml",
+        ),
+        (
+            NoCapacity(
+                'dry-run create pod cpu-0: pods "cpu-0" is forbidden: exceeded quota: q, '
+                "requested: requests.cpu=2, used: requests.cpu=9, limited: requests.cpu=10"
+            ),
+            False,
+            Status.FAIL,
+            "is refused by a ResourceQuota: ",
+            "raise the ResourceQuota of namespace slurm",
+        ),
+        (
+            Forbidden(
+                'dry-run create pod cpu-0: forbidden: pods "cpu-0" is forbidden: failed quota: '
+                "q: must specify limits.cpu for: slurmd"
+            ),
+            False,
+            Status.FAIL,
+            "ResourceQuota",
+            "fit the pool's requests and limits",
+        ),
+        (
+            Forbidden("dry-run create pod cpu-0: forbidden: admission webhook denied it"),
+            False,
+            Status.FAIL,
+            "admission webhook denied it",
+            "an admission webhook or policy of the cluster refuses the pod",
+        ),
+        (
+            InvalidInput(
+                'dry-run create pod cpu-0: rejected by the API server: Pod "cpu-0" is '
+                "invalid: spec.containers[0].resources.requests: Invalid value"
+            ),
+            False,
+            Status.FAIL,
+            "is rejected as invalid",
+            "fix the pool's pod_template",
+        ),
+        (
+            TransientBackendError("dry-run create pod cpu-0: HTTP 503: unavailable"),
+            False,
+            Status.WARN,
+            "the dry run did not get an answer",
+            "run doctor again",
+        ),
+    ],
+)
+def test_pod_admission(
+    error: BridgeError | None, exists: bool, status: Status, cause: str, fix: str
+) -> None:
+    check = doctor.check_pod_admission("cpu", "cpu-0", "slurm", error, exists)
+    assert check.status is status, check.line()
+    assert check.name == "pod cpu"
+    assert check.cause.startswith("pool cpu: the pod of cpu-0")
+    assert cause in check.cause
+    assert fix in check.fix
