@@ -2,7 +2,8 @@
 
 The parser and the small commands are here; the hook calls to a running bridge are in
 :mod:`bridge.cli.calls`, ``status`` is in :mod:`bridge.cli.status`, ``pool`` is in
-:mod:`bridge.cli.pools`, ``render-slurm-conf`` is in :mod:`bridge.cli.slurm_conf`.
+:mod:`bridge.cli.pools`, ``render-slurm-conf`` is in :mod:`bridge.cli.slurm_conf`,
+``install-service`` is in :mod:`bridge.cli.install_service`.
 """
 
 from __future__ import annotations
@@ -11,12 +12,44 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from bridge.cli import calls, pools, slurm_conf, status
+from bridge import __version__
+from bridge.cli import calls, install_service, pools, slurm_conf, status
 from bridge.domain.hostlist import expand
 from bridge.errors import BridgeError
 from bridge.settings import DEFAULT_CONFIG_PATH as DEFAULT_PATH
 from bridge.settings import DEFAULT_TARGET, BridgeConfig
+
+
+def package_version() -> str:
+    """The installed distribution's version; in a source checkout with no package metadata,
+    the one the source carries (``bridge.__version__``, kept equal to pyproject's by a test)."""
+    # Imported here: reading the metadata is for --version only, not every command's start.
+    from importlib import metadata
+
+    try:
+        return metadata.version("slurm-k8s-bridge")
+    except metadata.PackageNotFoundError:
+        return __version__
+
+
+class _PrintVersion(argparse.Action):
+    """``--version``: ``slurm-k8s-bridge <version>``, looked up only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "print the version and exit")
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"slurm-k8s-bridge {package_version()}")
+        parser.exit()
 
 
 def _config_path(args: argparse.Namespace) -> str:
@@ -48,6 +81,10 @@ def cmd_pool(args: argparse.Namespace) -> int:
 
 def cmd_render_slurm_conf(args: argparse.Namespace) -> int:
     return slurm_conf.render_slurm_conf(args, _load_config(args))
+
+
+def cmd_install_service(args: argparse.Namespace) -> int:
+    return install_service.install_service(args, sys.stdout)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -97,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Configuration: --config, else $SKB_CONFIG, else " + DEFAULT_PATH + ". "
         "Socket: --socket, else $SKB_SOCKET, else " + DEFAULT_TARGET + ".",
     )
+    parser.add_argument("--version", action=_PrintVersion)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def with_config(p: argparse.ArgumentParser) -> None:
@@ -148,6 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     with_config(p)
     p.set_defaults(func=cmd_doctor)
+
+    install_service.add_install_parser(sub).set_defaults(func=cmd_install_service)
 
     p = sub.add_parser("hostnames", help="expand a hostlist, one name per line")
     p.add_argument("hostlist")

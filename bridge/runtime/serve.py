@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from types import FrameType
 
+from bridge import __version__
 from bridge.adapters.kubernetes import PodGateway
 from bridge.adapters.slurm.cli import SlurmCli, read_slurm_user
 from bridge.api import TlsServerFiles, build_server
@@ -112,6 +113,7 @@ def ensure_disruption_budgets(config: BridgeConfig, pods: PodGateway) -> None:
 def start(config: BridgeConfig) -> Bridge:
     """Connect the adapters, start the gRPC server, the metrics endpoint (when
     ``bridge.metrics_address`` is set), the watch and the reconcile loop."""
+    log.info("slurm-k8s-bridge %s starting", __version__)
     metrics = BridgeMetrics()
     pods = PodGateway.connect(
         kubeconfig=config.kubernetes.kubeconfig,

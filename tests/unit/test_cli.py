@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import shutil
+import subprocess
+import sys
+import tomllib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+import bridge
 from bridge.api import build_server
 from bridge.cli.main import build_parser, main
 from bridge.cli.status_report import format_status
@@ -25,6 +30,7 @@ SUBCOMMANDS = [
     "render-slurm-conf",
     "check-config",
     "hostnames",
+    "install-service",
     "pool",
 ]
 
@@ -331,3 +337,62 @@ def test_resume_waits_only_with_wait(
         server.stop(None)
     assert [name for name, _ in fake.calls] == [use_case]
     assert capsys.readouterr().out.splitlines() == printed
+
+
+def _pyproject_version() -> str:
+    with (Path(__file__).resolve().parents[2] / "pyproject.toml").open("rb") as f:
+        version: str = tomllib.load(f)["project"]["version"]
+    return version
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--version"], ["--version", "hostnames", "c1"], ["--version", "status"]],
+    ids=["alone", "before-a-command", "before-a-command-missing-its-options"],
+)
+def test_version_prints_the_package_version_and_exits_0(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 0
+    assert capsys.readouterr() == (f"slurm-k8s-bridge {_pyproject_version()}\n", "")
+
+
+def test_the_sources_version_is_pyprojects() -> None:
+    """The fallback of --version (and serve's first log line) without package metadata."""
+    assert bridge.__version__ == _pyproject_version()
+
+
+def test_version_in_a_source_tree_without_package_metadata(tmp_path: Path) -> None:
+    """Only bridge/ on the path (no dist-info or egg-info beside it), no site-packages."""
+    shutil.copytree(
+        Path(__file__).resolve().parents[2] / "bridge",
+        tmp_path / "bridge",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    script = (
+        "import sys\n"
+        "from importlib import metadata\n"
+        "try:\n"
+        "    metadata.version('slurm-k8s-bridge')\n"
+        "except metadata.PackageNotFoundError:\n"
+        "    pass\n"
+        "else:\n"
+        "    sys.exit('package metadata found')\n"
+        "from bridge.cli.main import main\n"
+        "sys.exit(main(['--version']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (
+        0,
+        f"slurm-k8s-bridge {_pyproject_version()}\n",
+        "",
+    )
