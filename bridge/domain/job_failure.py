@@ -107,3 +107,19 @@ def plan_job_failure(
 def nodes_to_release(failed_jobs: Sequence[FailedJob]) -> list[str]:
     """Every node any of ``failed_jobs`` releases, once each, in order."""
     return list(dict.fromkeys(n for job in failed_jobs for n in job.release))
+
+
+def still_releasable(
+    candidates: Sequence[str], jobs_now: Sequence[SlurmJob], failing_ids: Collection[int]
+) -> list[str]:
+    """Those of ``candidates`` (chosen by :func:`plan_job_failure` before the DOWN) that no live
+    job but the failed ones holds now. The DOWN requeued the failed jobs, and Slurm may have
+    given a node still powering up to another job in between: releasing that node would
+    requeue the other job too (issue 29 item 7)."""
+    held = {
+        name
+        for job in jobs_now
+        if job.holds_nodes and job.job_id not in failing_ids
+        for name in job.node_names
+    }
+    return [name for name in candidates if name not in held]

@@ -12,7 +12,12 @@ import logging
 from collections.abc import Collection, Sequence
 
 from bridge.domain.hostlist import compress
-from bridge.domain.job_failure import FailedJob, nodes_to_release, plan_job_failure
+from bridge.domain.job_failure import (
+    FailedJob,
+    nodes_to_release,
+    plan_job_failure,
+    still_releasable,
+)
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.pools import PoolSet
 from bridge.domain.reason import Reason
@@ -82,8 +87,9 @@ class JobAwareFailure:
         commented = self._set_admin_comments(failed_jobs, reason.text)
         if not self.mark_down(nodes, reason):
             return False
+        candidates = [n for n in nodes_to_release(failed_jobs) if n not in failing]
         released = self._release(
-            [n for n in nodes_to_release(failed_jobs) if n not in failing], reason
+            self._still_releasable(candidates, {job.job_id for job in failed_jobs}), reason
         )
         for job in failed_jobs:
             log.warning(
@@ -139,6 +145,23 @@ class JobAwareFailure:
             else:
                 done.add(job.job_id)
         return done
+
+    def _still_releasable(self, candidates: Sequence[str], failing_ids: set[int]) -> list[str]:
+        """The candidates no other job took since they were chosen, read again after the DOWN
+        (see :func:`still_releasable`); none when Slurm cannot say (ResumeTimeout still ends
+        their power up)."""
+        if not candidates:
+            return []
+        try:
+            jobs_now = self.slurm.jobs_on_nodes(candidates)
+            kept = still_releasable(candidates, jobs_now, failing_ids)
+        except BridgeError as e:
+            log.warning("not releasing %s: jobs not read again: %s", compress(candidates), e)
+            return []
+        taken = [n for n in candidates if n not in kept]
+        if taken:
+            log.info("not releasing %s: another job holds them now", compress(taken))
+        return kept
 
     def _release(self, nodes: Sequence[str], reason: Reason) -> set[str]:
         """``power_down_force`` the nodes of failed jobs that never registered: Slurm clears

@@ -3,6 +3,7 @@ MarkDown) also writes the reason into the jobs' AdminComment and releases their 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 
 import pytest
@@ -15,7 +16,7 @@ from bridge.errors import BackendError, Forbidden, TransientBackendError
 from tests.unit.fakes import Update
 from tests.unit.test_service import NOW, World, cloud, powering_up
 
-FULL = "k8s: Forbidden: exceeded quota"
+FULL = "k8s: Forbidden: denied by policy"
 
 
 def parsed(text: str) -> Reason:
@@ -31,7 +32,7 @@ def two_node_job(comment: str = "") -> World:
     """cpu-0 and cpu-1 powering up for job 7; cpu-1's create is refused for good."""
     w = World(*powering_up("cpu-0", "cpu-1"))
     w.slurm.jobs[7] = SlurmJob(7, STARTING, "cpu-[0-1]", comment)
-    w.pods.create_errors["cpu-1"] = Forbidden("exceeded quota")
+    w.pods.create_errors["cpu-1"] = Forbidden("denied by policy")
     return w
 
 
@@ -71,8 +72,37 @@ def test_the_reconcile_plans_fail_fast_is_job_aware_too() -> None:
     ]
     assert w.slurm.jobs[7].admin_comment == "k8s: ErrImagePull: denied"
     assert w.slurm.jobs[8].admin_comment == ""
-    # One read covers the failed node and every node a job could release.
-    assert w.slurm.jobs_reads == [("cpu-1", "cpu-0", "cpu-2")]
+    # One read covers the failed node and every node a job could release; after the DOWN the
+    # node to release is read once more (another job may have taken it meanwhile).
+    assert w.slurm.jobs_reads == [("cpu-1", "cpu-0", "cpu-2"), ("cpu-0",)]
+
+
+@pytest.mark.parametrize(
+    ("taken_by", "released"),
+    [
+        (None, True),
+        (SlurmJob(9, STARTING, "cpu-0"), False),
+        (SlurmJob(9, frozenset({"PENDING"})), True),
+    ],
+    ids=["nobody", "another-job", "a-pending-job"],
+)
+def test_a_node_another_job_took_after_the_down_is_not_released(
+    taken_by: SlurmJob | None, released: bool
+) -> None:
+    """Issue 29 item 7: the DOWN requeues job 7, and Slurm gives cpu-0 (still powering up) to
+    job 9 before the release; power_down_force on it would requeue job 9 as well."""
+    w = two_node_job()
+    down = w.slurm.update_nodes
+
+    def update_nodes(names: Sequence[str], *, state: str, reason: str | None = None) -> None:
+        down(names, state=state, reason=reason)
+        if state == "down" and taken_by is not None:
+            w.slurm.jobs[7] = SlurmJob(7, frozenset({"PENDING"}))  # requeued
+            w.slurm.jobs[taken_by.job_id] = taken_by
+
+    w.slurm.update_nodes = update_nodes  # type: ignore[method-assign]
+    w.service.resume("cpu-[0-1]", "", "r1")
+    assert (Update(("cpu-0",), "power_down_force") in w.slurm.updates) is released
 
 
 def test_an_admins_admin_comment_is_kept_and_the_node_still_released(
