@@ -40,6 +40,7 @@ from bridge.domain.reconcile import (
     SetComment,
     SetPodSlurmState,
     plan,
+    plan_node,
 )
 from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
 from bridge.domain.resume_file import jobs_by_node
@@ -115,6 +116,9 @@ class BridgeService:
         #: (the pool's schedule_timeout), across the reconciler's retries of the create.
         self._capacity_waits: dict[str, datetime] = {}
         self._capacity_lock = threading.Lock()
+        #: The autoscaler's words the current pass planned with: a DOWN is planned again with
+        #: the pod read live (:meth:`_failure_confirmed`) on the same evidence.
+        self._pass_events: tuple[ScaleUpEvent, ...] = ()
         self._sightings_lock = threading.Lock()
         #: Creates for the resumes answered before their pods exist (accept_resume).
         self.resumes = ResumeDispatcher()
@@ -499,6 +503,7 @@ class BridgeService:
                 current_hashes=self.template_hashes,
             )
             if actions:
+                self._pass_events = tuple(events)
                 self.execute(actions, nodes)
             self.metrics.reconcile_pass(time.monotonic() - started, actions)
             return actions
@@ -509,8 +514,12 @@ class BridgeService:
         """Carry out a plan: Slurm first (so jobs requeue at once), then pods. ``snapshot``:
         the Slurm nodes the plan was made from, which the failure path reads instead of
         listing them again."""
-        self._mark_down([a for a in actions if isinstance(a, MarkDown)], snapshot)
-        deletes = [a for a in actions if isinstance(a, DeletePod)]
+        marks = [a for a in actions if isinstance(a, MarkDown)]
+        downed = self._mark_down(marks, snapshot)
+        # A failure not confirmed by a live read keeps its pod too (the plan pairs each DOWN
+        # with the pod's delete): the next pass judges both again.
+        kept = {a.node for a in marks} - downed
+        deletes = [a for a in actions if isinstance(a, DeletePod) and a.node not in kept]
         for action in deletes:
             log.info("reconcile: delete pod %s: %s", action.node, action.why)
         if deletes:
@@ -541,20 +550,26 @@ class BridgeService:
         # Last: a record for kubectl, never in the way of what Slurm and its jobs wait for.
         self.pod_states.write([a for a in actions if isinstance(a, SetPodSlurmState)])
 
-    def _mark_down(self, marks: Sequence[MarkDown], snapshot: Sequence[SlurmNode] | None) -> None:
-        """The plan's DOWNs, one Slurm write (and failing-jobs look) per distinct reason."""
+    def _mark_down(
+        self, marks: Sequence[MarkDown], snapshot: Sequence[SlurmNode] | None
+    ) -> set[str]:
+        """The plan's DOWNs that a live read confirms, one Slurm write (and failing-jobs look)
+        per distinct reason; the nodes whose DOWN was confirmed (and sent)."""
         down_by_reason: dict[Reason, list[str]] = defaultdict(list)
+        still = self._still_wanting_pods([a.node for a in marks])
         for action in marks:
-            if action.unless_pod_exists and self._pod_exists(action.node):
-                log.info("reconcile: %s has a pod after all; not %s", action.node, action.reason)
+            now_in_slurm = still.get(action.node)
+            if now_in_slurm is None:
+                continue  # Slurm moved on (logged), or could not say
+            if action.unless_pod_exists:
+                if self._pod_exists(action.node):
+                    log.info(
+                        "reconcile: %s has a pod after all; not %s", action.node, action.reason
+                    )
+                    continue
+            elif not self._failure_confirmed(action, now_in_slurm):
                 continue
             down_by_reason[action.reason].append(action.node)
-        still = self._still_wanting_pods([n for nodes in down_by_reason.values() for n in nodes])
-        down_by_reason = {
-            reason: kept
-            for reason, nodes in down_by_reason.items()
-            if (kept := [n for n in nodes if n in still])
-        }
         every_down = [n for nodes in down_by_reason.values() for n in nodes]
         for reason, nodes in down_by_reason.items():
             if self.failures.mark_down_failing_jobs(
@@ -565,21 +580,22 @@ class BridgeService:
                 self.pods.record_event(
                     node, "SlurmNodeDown", f"Slurm node {node} set DOWN: {reason}", warning=True
                 )
+        return set(every_down)
 
-    def _still_wanting_pods(self, names: Sequence[str]) -> set[str]:
-        """Those of ``names`` Slurm still expects a slurmd on, read live: the pass read Slurm
-        before the pods, and a suspend (or an admin's DOWN) landing in between made the pod
-        look failed or missing. Such a node is Slurm's own business now; a DOWN of ours would
-        overwrite its reason and requeue nothing (issue 29 item 6). Unreadable: none (the next
-        pass decides)."""
+    def _still_wanting_pods(self, names: Sequence[str]) -> dict[str, SlurmNode]:
+        """Those of ``names`` Slurm still expects a slurmd on, read live, as Slurm shows them
+        now: the pass read Slurm before the pods, and a suspend (or an admin's DOWN) landing in
+        between made the pod look failed or missing. Such a node is Slurm's own business now; a
+        DOWN of ours would overwrite its reason and requeue nothing (issue 29 item 6).
+        Unreadable: none (the next pass decides)."""
         if not names:
-            return set()
+            return {}
         try:
             fresh = self.slurm.list_nodes(names)
         except BridgeError as e:
             log.warning("not setting %s DOWN: cannot read Slurm: %s", compress(names), e)
-            return set()
-        still = {n.name for n in fresh if n.wants_pod and not n.power_down_imminent}
+            return {}
+        still = {n.name: n for n in fresh if n.wants_pod and not n.power_down_imminent}
         for node in fresh:
             if node.name not in still:
                 log.info(
@@ -588,6 +604,36 @@ class BridgeService:
                     "+".join([node.state, *sorted(node.flags)]),
                 )
         return still
+
+    def _failure_confirmed(self, mark: MarkDown, node: SlurmNode) -> bool:
+        """Whether the pod, read live now, still fails the node for the same reason: the pass
+        judged the pod from the watch's cache, which is as old as the last event it got (during
+        an API server outage, as old as the outage), so no DOWN is written on it alone (issue
+        29 item 2). The live pod and Slurm's node as read just now are planned again; the API
+        server unreachable: no DOWN (the next pass decides)."""
+        pool = self.config.pools.pool_for(node.name)
+        if pool is None:
+            return False
+        try:
+            live = self.pods.read_pod(node.name)
+        except BridgeError as e:
+            log.warning(
+                "reconcile: not setting %s DOWN (%s): pod not read again: %s",
+                node.name,
+                mark.reason,
+                e,
+            )
+            return False
+        again = plan_node(node, live, pool, self.clock(), self.guards, events=self._pass_events)
+        if any(isinstance(a, MarkDown) and a.reason.kind == mark.reason.kind for a in again):
+            return True
+        log.info(
+            "reconcile: not setting %s DOWN (%s): the pod read again says otherwise (%s)",
+            node.name,
+            mark.reason,
+            "gone" if live is None else live.phase,
+        )
+        return False
 
     def _not_in_flight(self, creates: Sequence[CreatePod]) -> list[CreatePod]:
         """Those of ``creates`` no accepted resume is creating now: a second create of each of a

@@ -165,6 +165,8 @@ class FakePods:
         self.delete_calls: list[str] = []
         #: Every patch the gateway would send: (pod, "label" | "status").
         self.patches: list[tuple[str, str]] = []
+        #: Raised by ``read_pod`` when set (the API server unreachable for a live read).
+        self.read_error: BackendError | None = None
 
     def add(
         self,
@@ -244,6 +246,12 @@ class FakePods:
             else:
                 results[name] = self.pods.pop(name, None) is not None
         return results
+
+    def read_pod(self, name: str) -> PodView | None:
+        self.journal.append(f"read {name}")
+        if self.read_error is not None:
+            raise self.read_error
+        return self.pods.get(name)
 
     def pod_exists(self, name: str) -> bool:
         self.journal.append(f"read {name}")

@@ -22,7 +22,7 @@ from bridge.adapters.slurm.cli import SlurmCli
 from bridge.api import build_server
 from bridge.config import parse_config
 from bridge.domain.nodes import SlurmNode
-from bridge.domain.pods import PodView
+from bridge.domain.pods import PodFailure, PodView
 from bridge.domain.reason import Reason
 from bridge.domain.reconcile import MarkDown
 from bridge.domain.results import NodeResult, NodeStatus, Outcome
@@ -388,7 +388,9 @@ def test_the_service_times_resumes_forgets_suspends_and_counts_its_passes() -> N
     assert sample(metrics, "reconcile_pass_seconds_count") == 1
     assert sample(metrics, "nodes", power_state="powered_down") == 3
     assert sample(metrics, "pods", pool="cpu", phase="Pending") == 1
-    slurm.nodes["cpu-2"] = cloud("cpu-2", "ALLOCATED", "POWERING_UP")  # a DOWN needs a node up
+    # A DOWN needs a node Slurm wants up, and a failing pod read live.
+    slurm.nodes["cpu-2"] = cloud("cpu-2", "ALLOCATED", "POWERING_UP")
+    h.pods.add("cpu-2", phase="Pending", failure=PodFailure("ErrImagePull", "no such image"))
     service.execute([MarkDown("cpu-2", Reason("ErrImagePull", "no such image"))])
     assert sample(metrics, "fail_fast_total", reason="ErrImagePull") == 1
 

@@ -42,7 +42,7 @@ from bridge.errors import (
     TransientBackendError,
 )
 from bridge.settings import BridgeConfig
-from tests.unit.fakes import MINIMAL_CONFIG, Update
+from tests.unit.fakes import MINIMAL_CONFIG, FakePods, Update
 from tests.unit.harness import Harness
 
 NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
@@ -116,6 +116,7 @@ def test_resume_records_an_event_per_created_pod_only() -> None:
 
 def test_failed_nodes_get_a_warning_event_naming_the_reason() -> None:
     w = World(cloud("cpu-0", "ALLOCATED", "POWERING_UP"))
+    w.pods.add("cpu-0", phase="Pending", failure=PodFailure("ErrImagePull", "no such image"))
     w.service.execute([MarkDown("cpu-0", Reason("ErrImagePull", "no such image"))])
     assert w.pods.events == [
         (
@@ -363,7 +364,10 @@ def test_reconcile_once_executes_the_plan_slurm_first_batched_by_reason() -> Non
         ),
     ]
     assert w.journal == [
-        "read gpu-1",  # PodMissing is re-checked against the API server before it is applied
+        # Before a DOWN the pod is read again from the API server, not the watch's cache.
+        "read cpu-0",
+        "read cpu-1",
+        "read gpu-1",
         "slurm down cpu-0,cpu-1",
         "slurm down gpu-1",
         "delete cpu-0",
@@ -687,3 +691,53 @@ def test_a_down_is_read_again_and_dropped_when_slurm_moved_on(
     w.slurm.nodes["cpu-0"] = now_in_slurm  # the suspend (or an admin) lands after the read
     w.service.execute([planned])
     assert [u.state for u in w.slurm.updates] == (["down"] if downed else [])
+
+
+class StaleView:
+    """The watch's cache as an API server outage leaves it: the pods as last seen."""
+
+    def __init__(self, pods: list[PodView]) -> None:
+        self.pods = pods
+
+    def list_pods(self) -> tuple[list[PodView], str]:
+        return list(self.pods), "1"
+
+
+@pytest.mark.parametrize(
+    ("live", "read_error", "downed"),
+    [
+        (PodFailure("ErrImagePull", "pull access denied"), None, True),
+        (None, None, False),  # it has started since: Running, no failure
+        (
+            PodFailure("ErrImagePull", "pull access denied"),
+            TransientBackendError("timed out"),
+            False,
+        ),
+    ],
+    ids=["live-read-agrees", "started-since", "api-server-unreachable"],
+)
+def test_a_down_is_decided_on_the_pod_read_live_not_on_the_cache(
+    live: PodFailure | None, read_error: BackendError | None, downed: bool
+) -> None:
+    """Issue 29 item 2: the cache still shows cpu-0's pod failing (its last event before an
+    outage); the pod is read again before the DOWN, and the DOWN follows only what it shows."""
+    old = NOW - timedelta(minutes=5)
+    stale = FakePods(now=NOW)
+    stale.add(
+        "cpu-0",
+        phase="Pending",
+        failure=PodFailure("ErrImagePull", "pull access denied"),
+        created_at=old,
+    )
+    h = Harness(
+        powering_up("cpu-0"),
+        now=NOW,
+        config=config(),
+        pod_views=StaleView(list(stale.pods.values())),
+    )
+    h.pods.add("cpu-0", phase="Pending" if live else "Running", failure=live, created_at=old)
+    h.pods.read_error = read_error
+    h.service.reconcile_once()
+    assert [u.state for u in h.slurm.updates].count("down") == (1 if downed else 0)
+    # The pod goes with the DOWN, and stays without it (a healthy pod is never deleted).
+    assert ("cpu-0" not in h.pods.pods) is downed

@@ -102,6 +102,9 @@ def test_which_downs_of_the_reconciler_count(reason: str, opens: bool) -> None:
     w = World()
     ours = Reason.parse(reason)
     assert ours is not None
+    if ours.kind == "ErrImagePull":  # the evidence a DOWN is checked against, read live
+        for name in ("cpu-0", "cpu-1"):
+            w.pods.add(name, phase="Pending", failure=PodFailure(ours.kind, ours.message))
     w.service.execute([MarkDown("cpu-0", ours), MarkDown("cpu-1", ours)])
     assert (w.state("cpu") is BreakerState.OPEN) is opens
 

@@ -170,7 +170,10 @@ def test_a_refused_release_is_logged(caplog: pytest.LogCaptureFixture) -> None:
 def test_downs_that_are_no_fail_fast_read_no_jobs(reason: str) -> None:
     w = World(*powering_up("cpu-0"), cloud("cpu-1", "ALLOCATED"))
     w.slurm.jobs[7] = SlurmJob(7, STARTING, "cpu-[0-1]")
-    w.service.execute([MarkDown("cpu-1", parsed(reason))])
+    down = parsed(reason)
+    if down.kind == "Evicted":  # the evidence the DOWN is checked against, read live
+        w.pods.add("cpu-1", failure=PodFailure(down.kind, down.message))
+    w.service.execute([MarkDown("cpu-1", down)])
     assert w.slurm.jobs_reads == []
     assert w.slurm.updates == [Update(("cpu-1",), "down", reason)]
     assert w.slurm.jobs[7].admin_comment == ""
@@ -179,13 +182,19 @@ def test_downs_that_are_no_fail_fast_read_no_jobs(reason: str) -> None:
 def test_a_node_failing_for_another_reason_in_the_same_pass_is_not_released() -> None:
     w = World(*powering_up("cpu-0", "cpu-1", "cpu-2"))
     w.slurm.jobs[7] = SlurmJob(7, STARTING, "cpu-[0-2]")
+    image, name = PodFailure("ErrImagePull", "denied"), PodFailure("InvalidImageName", "bad")
+    w.pods.add("cpu-1", phase="Pending", failure=image)
+    w.pods.add("cpu-2", phase="Pending", failure=name)
     w.service.execute(
-        [MarkDown("cpu-1", Reason("ErrImagePull", "denied")), MarkDown("cpu-2", parsed(FULL))]
+        [
+            MarkDown("cpu-1", Reason(image.reason, image.message)),
+            MarkDown("cpu-2", Reason(name.reason, name.message)),
+        ]
     )
     assert w.slurm.updates == [
         Update(("cpu-1",), "down", "k8s: ErrImagePull: denied"),
         Update(("cpu-0",), "power_down_force"),
-        Update(("cpu-2",), "down", FULL),
+        Update(("cpu-2",), "down", "k8s: InvalidImageName: bad"),
     ]
 
 

@@ -73,6 +73,7 @@ class PodGateway:
         #: Hears of every call's retries and final error (the bridge's metrics); None: nobody.
         self.counters = counters
         self.namespace = namespace
+        self.cluster_name = cluster_name
         self.selector = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_CLUSTER}={cluster_name}"
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="k8s")
         self._timeout = request_timeout_s
@@ -328,6 +329,29 @@ class PodGateway:
         """:meth:`set_slurm_state` for many pods with bounded concurrency: node → done?, or
         the error."""
         return self._each([(c.node, c) for c in changes], self.set_slurm_state)
+
+    def read_pod(self, name: str) -> PodView | None:
+        """The pod of that name as the API server has it now (not the watch's view), if it is
+        ours; None when there is none."""
+        try:
+            response = self._call(
+                f"read pod {name}",
+                lambda: self._api.read_namespaced_pod(
+                    name, self.namespace, _preload_content=False, _request_timeout=self._timeout
+                ),
+            )
+        except BackendError as e:
+            if is_not_found(e):
+                return None
+            raise
+        manifest = json.loads(response.data)
+        labels = (manifest.get("metadata") or {}).get("labels") or {}
+        if (
+            labels.get(LABEL_MANAGED_BY) != MANAGED_BY
+            or labels.get(LABEL_CLUSTER) != self.cluster_name
+        ):
+            return None  # a pod of that name that is not ours is no pod of the node's
+        return pod_view(manifest)
 
     def pod_exists(self, name: str) -> bool:
         """Whether a pod of that name exists now (a read, not the watch's or a list's view)."""
