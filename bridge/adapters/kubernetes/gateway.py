@@ -333,6 +333,22 @@ class PodGateway:
     def read_pod(self, name: str) -> PodView | None:
         """The pod of that name as the API server has it now (not the watch's view), if it is
         ours; None when there is none."""
+        manifest = self._read_manifest(name)
+        labels = ((manifest or {}).get("metadata") or {}).get("labels") or {}
+        if (
+            manifest is None
+            or labels.get(LABEL_MANAGED_BY) != MANAGED_BY
+            or labels.get(LABEL_CLUSTER) != self.cluster_name
+        ):
+            return None  # a pod of that name that is not ours is no pod of the node's
+        return pod_view(manifest)
+
+    def pod_exists(self, name: str) -> bool:
+        """Whether a pod of that name exists now (a read, not the watch's or a list's view)."""
+        return self._read_manifest(name) is not None
+
+    def _read_manifest(self, name: str) -> dict[str, Any] | None:
+        """The pod of that name as the API server has it now; None when there is none."""
         try:
             response = self._call(
                 f"read pod {name}",
@@ -344,29 +360,8 @@ class PodGateway:
             if is_not_found(e):
                 return None
             raise
-        manifest = json.loads(response.data)
-        labels = (manifest.get("metadata") or {}).get("labels") or {}
-        if (
-            labels.get(LABEL_MANAGED_BY) != MANAGED_BY
-            or labels.get(LABEL_CLUSTER) != self.cluster_name
-        ):
-            return None  # a pod of that name that is not ours is no pod of the node's
-        return pod_view(manifest)
-
-    def pod_exists(self, name: str) -> bool:
-        """Whether a pod of that name exists now (a read, not the watch's or a list's view)."""
-        try:
-            self._call(
-                f"read pod {name}",
-                lambda: self._api.read_namespaced_pod(
-                    name, self.namespace, _preload_content=False, _request_timeout=self._timeout
-                ),
-            )
-        except BackendError as e:
-            if is_not_found(e):
-                return False
-            raise
-        return True
+        manifest: dict[str, Any] = json.loads(response.data)
+        return manifest
 
     def list_scale_up_events(self) -> list[ScaleUpEvent]:
         """What a cluster autoscaler said about pods in the namespace (``NotTriggerScaleUp``,
