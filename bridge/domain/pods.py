@@ -94,10 +94,24 @@ class PodView:
     #: The :data:`LABEL_TEMPLATE_HASH` of the template the pod was rendered from; "" for pods of
     #: a bridge older than that label: unknown, never rolled (upgrading the bridge rolls nothing).
     template_hash: str = ""
+    #: When this bridge first saw the pod, by its own clock (the watch's cache sets it; None:
+    #: read directly). ``created_at`` is the API server's clock.
+    first_seen: datetime | None = None
 
     @property
     def is_running(self) -> bool:
         return self.phase == "Running" and not self.deleting
+
+    @property
+    def known_since(self) -> datetime:
+        """Since when the pod is old enough for the age guards: its creation, or, when later,
+        when this bridge first saw it. A bridge clock ahead of the API server's (seen: 25-30 s)
+        made every new pod look that much older, and orphans were deleted before the guard;
+        the first sighting is on the bridge's own clock (after a restart it is the restart:
+        deletes wait one guard longer, nothing worse)."""
+        if self.first_seen is None or self.first_seen < self.created_at:
+            return self.created_at
+        return self.first_seen
 
 
 #: A pod on its way out for no reason Kubernetes gave (deleted by someone, or by us earlier).

@@ -210,7 +210,7 @@ def _plan_powering_down(
     node: SlurmNode, pod: PodView | None, now: datetime, guards: Guards
 ) -> list[Action]:
     """A node Slurm powered (or is powering) down: its pod goes; a failed node is held DOWN."""
-    pod_settled = pod is not None and _older_than(pod.created_at, now, guards.pod_age_guard)
+    pod_settled = pod is not None and _older_than(pod.known_since, now, guards.pod_age_guard)
     actions: list[Action] = []
     if pod is not None and not pod.deleting and pod_settled:
         state = "powered down" if node.is_powered_down else "powering down"
@@ -308,7 +308,7 @@ def _plan_unpooled(
     if not node.wants_pod:
         # Powered down (or on its way, or DOWN): no job needs this slurmd any more. The suspend
         # itself was refused (no pool owns the node), so the pod goes here.
-        if _older_than(pod.created_at, now, guards.pod_age_guard):
+        if _older_than(pod.known_since, now, guards.pod_age_guard):
             return [DeletePod(node.name, "orphan pod: no pool owns it", pod.uid)]
         return []
     if node.power_down_queued or node.is_powering_up:
@@ -469,7 +469,7 @@ def plan(
             if (
                 pod is not None
                 and not pod.deleting
-                and _older_than(pod.created_at, now, guards.pod_age_guard)
+                and _older_than(pod.known_since, now, guards.pod_age_guard)
             ):
                 owner = "no pool owns it" if pool is None else "Slurm does not know it"
                 actions.append(DeletePod(name, f"orphan pod: {owner}", pod.uid))

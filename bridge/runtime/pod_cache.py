@@ -10,8 +10,10 @@ recreate or fail nodes.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 
 from bridge.domain.pods import PodView
 from bridge.errors import TransientBackendError
@@ -27,8 +29,15 @@ class NotSynced(TransientBackendError):
 class PodCache:
     """Pods by name and the resourceVersion they are current to; safe across threads."""
 
-    def __init__(self, *, sync_wait_s: float = SYNC_WAIT_S) -> None:
+    def __init__(
+        self,
+        *,
+        sync_wait_s: float = SYNC_WAIT_S,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
         self.sync_wait_s = sync_wait_s
+        #: The bridge's clock, for each pod's ``first_seen`` (the age guards' other clock).
+        self.clock = clock
         self._lock = threading.Lock()
         self._synced = threading.Event()
         self._pods: dict[str, PodView] = {}
@@ -46,19 +55,28 @@ class PodCache:
 
     def replace(self, pods: Iterable[PodView], version: str) -> None:
         """What a list returned, in place of everything before it, all at once."""
-        fresh = {pod.name: pod for pod in pods}
+        now = self.clock()
         with self._lock:
+            fresh = {pod.name: self._seen(pod, now) for pod in pods}
             self._pods, self._version = fresh, version
         self._synced.set()
 
     def apply(self, kind: str, pod: PodView, version: str) -> None:
         """One watch event: ADDED and MODIFIED store the pod, DELETED removes it."""
+        now = self.clock()
         with self._lock:
             if kind == "DELETED":
                 self._pods.pop(pod.name, None)
             else:
-                self._pods[pod.name] = pod
+                self._pods[pod.name] = self._seen(pod, now)
             self._version = version or self._version
+
+    def _seen(self, pod: PodView, now: datetime) -> PodView:
+        """``pod`` with its first sighting: the one stored for the same pod (by UID), else now.
+        Called under the lock."""
+        known = self._pods.get(pod.name)
+        first = known.first_seen if known is not None and known.uid == pod.uid else None
+        return dataclasses.replace(pod, first_seen=first or now)
 
     def bookmark(self, version: str) -> None:
         """The API server's word that nothing of ours changed up to ``version``."""

@@ -8,9 +8,10 @@ held at every poke, which is when the reconciler would read it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -33,6 +34,8 @@ from tests.unit.fakes import FakePods, FakeSlurm
 from tests.unit.harness import Harness
 
 NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
+#: When the cache saw a pod first, by the bridge's clock.
+SEEN = NOW + timedelta(seconds=5)
 GONE = error_event(410, "Expired", "too old resource version: 1 (2117)")
 
 
@@ -175,13 +178,29 @@ def view(name: str) -> PodView:
 
 
 def test_a_read_before_the_first_list_raises_instead_of_answering_no_pods() -> None:
-    cache = PodCache(sync_wait_s=0.05)
+    cache = PodCache(sync_wait_s=0.05, clock=lambda: SEEN)
     started = time.monotonic()
     with pytest.raises(NotSynced, match="no pod list yet"):
         cache.list_pods()
     assert time.monotonic() - started >= 0.05
     cache.replace([view("cpu-0")], "7")
-    assert cache.list_pods() == ([view("cpu-0")], "7")
+    assert cache.list_pods() == ([dataclasses.replace(view("cpu-0"), first_seen=SEEN)], "7")
+
+
+def test_the_cache_keeps_each_pods_first_sighting_on_the_bridges_clock() -> None:
+    """Issue 29 item 13: the age guards also count from when the bridge first saw a pod, by its
+    own clock; a MODIFIED event or a relist keeps that moment, a new pod (new UID) gets its own."""
+    now = [SEEN]
+    cache = PodCache(clock=lambda: now[0])
+    cache.replace([dataclasses.replace(view("cpu-0"), uid="u-1")], "7")
+    now[0] = SEEN + timedelta(seconds=40)
+    cache.apply("MODIFIED", dataclasses.replace(view("cpu-0"), uid="u-1", phase="Running"), "8")
+    cache.replace([dataclasses.replace(view("cpu-0"), uid="u-1")], "9")
+    cache.apply("ADDED", dataclasses.replace(view("cpu-1"), uid="u-2"), "10")
+    seen = {p.name: p.first_seen for p in cache.list_pods()[0]}
+    assert seen == {"cpu-0": SEEN, "cpu-1": SEEN + timedelta(seconds=40)}
+    cache.apply("MODIFIED", dataclasses.replace(view("cpu-1"), uid="u-3"), "11")  # recreated
+    assert {p.name: p.first_seen for p in cache.list_pods()[0]}["cpu-1"] == now[0]
 
 
 @pytest.mark.parametrize(

@@ -87,9 +87,10 @@ def pod(
     ip: str | None = None,
     host: str = "",
     deletion_grace_s: int | None = None,
+    seen_s: float | None = None,
 ) -> PodView:
     """A pod of ours created ``age_s`` seconds before ``NOW``; ``overdue_s``: how long ago its
-    deletion grace period ended."""
+    deletion grace period ended; ``seen_s``: how long ago the bridge first saw it."""
     deadline = None if overdue_s is None else NOW - timedelta(seconds=overdue_s)
     return PodView(
         name=name,
@@ -105,6 +106,7 @@ def pod(
         deletion_deadline=deadline,
         deletion_grace_s=deletion_grace_s,
         host=host,
+        first_seen=None if seen_s is None else NOW - timedelta(seconds=seen_s),
     )
 
 
@@ -639,6 +641,20 @@ CASES = [
         [DeletePod("cpu-3", "orphan pod: Slurm does not know it")],
     ),
     Case("orphan-young:age-guard-holds", [], [pod("cpu-3", age_s=1)], []),
+    # The bridge's clock 40 s ahead of the API server's: the pod looks 41 s old, but the bridge
+    # first saw it 1 s ago (issue 29 item 13).
+    Case(
+        "orphan-young+bridge-clock-ahead:age-guard-holds",
+        [],
+        [pod("cpu-3", age_s=41, seen_s=1)],
+        [],
+    ),
+    Case(
+        "powered-down+young-pod+bridge-clock-ahead:age-guard-holds",
+        [node("cpu-0", "IDLE", "POWERED_DOWN")],
+        [pod("cpu-0", age_s=41, seen_s=1)],
+        [],
+    ),
     Case(
         "orphan-deleting:no-second-delete",
         [],
