@@ -53,6 +53,7 @@ NAMESPACE = "slurm"
 CLUSTER = "bench"
 POOL = "scale"
 POOL_NODES = "scale-[0-9999]"
+POOL_SIZE = 10000
 CONCURRENCY = 64
 LABEL_CLUSTER = "slurm-k8s-bridge.io/cluster"
 LABEL_RUN = "slurm-k8s-bridge.io/bench-run"
@@ -560,6 +561,18 @@ class Ground:
     admin: LeanApi
     core: Any
     bridge: BenchBridge
+    #: The first name (``scale-<n>``) no creation of this run has used yet: see :meth:`fresh`.
+    unused: int = 0
+
+    def fresh(self, count: int) -> int:
+        """The offset of ``count`` names no earlier creation of this run used. A name is never
+        reused while a late delete may still come for it: seen in CI, 122 of the bridge's 200
+        new pods vanished right after the lean baseline had created and deleted pods of the
+        same names (kwok's delete stage, or another delete by name, acting on the old pod)."""
+        if self.unused + count > POOL_SIZE:
+            self.unused = 0  # names that old are long gone
+        offset, self.unused = self.unused, self.unused + count
+        return offset
 
     @classmethod
     @contextmanager
@@ -619,7 +632,9 @@ class Ground:
         self.cleanup()
         selector = SELECTORS[contender]
         timeout_s = max(300.0, count * 0.25)
-        pods = render(self.bridge.config_path, names_for(count), contender)
+        offset = self.fresh(count)
+        names = names_for(count, offset)
+        pods = render(self.bridge.config_path, names, contender)
         call_s = None
         with Watcher(self.admin_kubeconfig, selector, count) as exist:
             started = time.monotonic()
@@ -628,7 +643,7 @@ class Ground:
             elif contender == "official":
                 official_create(self.core, pods)
             elif contender == "bridge":
-                call_s, line = self.bridge.hook("resume", hostlist_of(count))
+                call_s, line = self.bridge.hook("resume", hostlist_of(count, offset))
                 if "result=ok" not in line:
                     raise RuntimeError(f"resume hook: {line}")
             else:
@@ -642,11 +657,11 @@ class Ground:
         with Watcher(self.admin_kubeconfig, selector, 0) as gone:
             started = time.monotonic()
             if contender == "lean":
-                lean_delete(self.lean, names_for(count))
+                lean_delete(self.lean, names)
             elif contender == "official":
-                official_delete(self.core, names_for(count))
+                official_delete(self.core, names)
             elif contender == "bridge":
-                self.bridge.hook("suspend", hostlist_of(count))
+                self.bridge.hook("suspend", hostlist_of(count, offset))
             else:
                 sts_scale(self.admin, 0)
             delete_s = gone.reached(timeout_s) - started
@@ -675,7 +690,7 @@ class Ground:
         times = []
         for k in range(samples):
             with Watcher(self.admin_kubeconfig, selector, (k + 1) * count) as exist:
-                hostlist = hostlist_of(count, offset=k * count)
+                hostlist = hostlist_of(count, offset=self.fresh(count))
                 elapsed, line = self.bridge.hook("resume", hostlist, client=client)
                 if "result=ok" not in line:
                     raise RuntimeError(f"resume hook: {line}")
