@@ -25,6 +25,12 @@ TABLE='
 /usr/bin/scancel                   slurm-client
 /usr/bin/strigger                  slurm-client  # slurm_plugins/strigger-setup.sh
 /usr/sbin/munged                   munge         # Slurm 22.05 authenticates through munge
+/usr/sbin/slurmdbd                 slurmdbd      # Slurm 22.05 accounting (the site layout)
+/usr/sbin/mariadbd                 mariadb-server-core  # the database of slurmdbd (no init script)
+/usr/bin/mariadb-install-db        mariadb-server-core
+/usr/bin/my_print_defaults         mariadb-client-core  # run by mariadb-install-db
+/usr/bin/mariadb                   mariadb-client-core  # the grant for slurmdbd
+/usr/sbin/useradd                  passwd        # SlurmUser, the bridge user, the job users
 /usr/bin/containerd                containerd    # the real node runtime
 /usr/bin/containerd-shim-runc-v2   containerd    # run by containerd
 /usr/bin/ctr                       containerd    # image import

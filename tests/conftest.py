@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -122,6 +124,21 @@ def proving_ground() -> Iterator[ProvingGround]:
     yield ProvingGround(where)
     if started_here and not os.environ.get("SKB_KEEP_PROVING_GROUND"):
         ground.down(where)
+
+
+@pytest.fixture
+def bridge_tmp(proving_ground: ProvingGround, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A temporary directory the ground's bridge can read: it runs as its own user, and
+    tmp_path is under pytest's 0700 directory of root's (a config or a bin directory given to
+    ``restart_bridge`` goes here). Removed after the test."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name)[:80]
+    path = proving_ground.layout.local / "test-tmp" / name
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    for directory in (path.parent, path):
+        directory.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 #: ``use(hostlist)`` in a test: the nodes are settled now and again after the test.

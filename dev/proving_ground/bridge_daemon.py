@@ -1,16 +1,22 @@
 """The bridge itself on the proving ground: its ServiceAccount credentials, the hooks' settings,
-and ``slurm-k8s-bridge serve`` next to slurmctld."""
+and ``slurm-k8s-bridge serve`` next to slurmctld, as a site runs it: the wheel of this checkout
+in a venv of its own (:mod:`.bridge_install`), started from the shipped systemd unit by
+:mod:`.unit_runner` (its User=, Group=, RuntimeDirectory=, hardening it can apply), so as the
+bridge's own non-root user with the Slurm rights the guide grants (:mod:`.accounting`)."""
 
 from __future__ import annotations
 
+import base64
 import os
+import pwd
 import socket
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from . import kube
-from .layout import APISERVER_PORT, NAMESPACE, Layout
-from .processes import State, start_daemon, wait_until
+from . import bridge_install, kube
+from .layout import APISERVER_PORT, BRIDGE_USER, NAMESPACE, Layout
+from .processes import ProvingGroundError, State, start_daemon, wait_until
 from .slurm import bridge_config_path, ground_programs, running_auth, slurm_key_path
 from .slurm_series import AUTH_SLURM
 
@@ -47,7 +53,7 @@ kind: Config
 clusters:
 - name: proving-ground
   cluster:
-    certificate-authority: {layout.pki / "ca.crt"}
+    certificate-authority-data: {base64.b64encode((layout.pki / "ca.crt").read_bytes()).decode()}
     server: https://127.0.0.1:{APISERVER_PORT}
 users:
 - name: {SERVICE_ACCOUNT}
@@ -58,7 +64,12 @@ contexts:
   context: {{cluster: proving-ground, user: {SERVICE_ACCOUNT}, namespace: {NAMESPACE}}}
 current-context: bridge
 """)
-    bridge_kubeconfig(layout).chmod(0o600)
+    # As the guide's tmpfiles.d line has it: the bridge's user reads it, nobody else. The CA is
+    # inside (the ground's PKI directory is root's), as the external overlay's
+    # make-kubeconfig.sh writes it.
+    entry = pwd.getpwnam(BRIDGE_USER)
+    os.chown(bridge_kubeconfig(layout), entry.pw_uid, entry.pw_gid)
+    bridge_kubeconfig(layout).chmod(0o400)
     # Pods name no ServiceAccount, so the API server admits them only once the controller
     # manager has made the namespace's "default" one: seen in CI, the first resume right after
     # `make up` was refused ("serviceaccount "default" not found") and its nodes set DOWN.
@@ -98,7 +109,7 @@ def create_slurm_key_secret(layout: Layout, namespace: str, key: Path) -> None:
 def write_hooks_env(layout: Layout) -> None:
     (layout.root / "slurm_plugins" / "hooks.env").write_text(
         "# Written by the proving ground; see hooks.env.example.\n"
-        f"SKB_PYTHON={layout.root / '.venv' / 'bin' / 'python'}\n"
+        f"SKB_PYTHON={bridge_install.venv_dir(layout) / 'bin' / 'python'}\n"
         f"SKB_SOCKET=unix:{BRIDGE_SOCKET}\n"
         "SKB_SLURM_BIN=/usr/bin\n"
         f"SKB_HOOK_LOG={layout.logs / 'hooks.log'}\n"
@@ -107,9 +118,9 @@ def write_hooks_env(layout: Layout) -> None:
     )
 
 
-def bridge_env(layout: Layout) -> dict[str, str]:
+def bridge_settings(layout: Layout) -> dict[str, str]:
+    """The ``SKB_*`` settings the ground gives its bridge (they win over any file)."""
     return {
-        **os.environ,
         "SKB_KUBERNETES_KUBECONFIG": str(bridge_kubeconfig(layout)),
         "SKB_SLURM_CONF": str(layout.slurm_conf),
         # The clients of the ground's series: the host's, or wrappers into its root.
@@ -120,13 +131,47 @@ def bridge_env(layout: Layout) -> dict[str, str]:
     }
 
 
-def bridge_argv(layout: Layout, config: Path | None = None) -> list[str]:
+def bridge_env(layout: Layout) -> dict[str, str]:
+    """This process's environment with the bridge's settings (to run its CLI as root)."""
+    return {**os.environ, **bridge_settings(layout)}
+
+
+#: The unit that ships, and the paths in it the ground's install replaces.
+UNIT_FILE = Path("deploy/systemd/slurm-k8s-bridge.service")
+UNIT_VENV = "/opt/slurm-k8s-bridge/venv"
+UNIT_CONFIG = "/etc/slurm-k8s-bridge/bridge.yaml"
+
+
+def bridge_argv(
+    layout: Layout, config: Path | None = None, env_overrides: Mapping[str, str] | None = None
+) -> list[str]:
+    """The unit runner on the shipped unit: the ground's venv and ``config`` in its Exec lines,
+    the ground's settings (then ``env_overrides``) in its environment."""
+    settings = {**bridge_settings(layout), **(env_overrides or {})}
     return [
-        str(layout.root / ".venv" / "bin" / "slurm-k8s-bridge"),
-        "serve",
-        "--config",
-        str(config or bridge_config_path(layout)),
-    ]
+        sys.executable, "-m", "proving_ground.unit_runner",
+        "--unit", str(layout.root / UNIT_FILE),
+        "--replace", f"{UNIT_VENV}={bridge_install.venv_dir(layout)}",
+        "--replace", f"{UNIT_CONFIG}={config or bridge_config_path(layout)}",
+        *(arg for key, value in settings.items() for arg in ("--setenv", f"{key}={value}")),
+    ]  # fmt: skip
+
+
+def _readable_by_bridge_user(path: Path) -> bool:
+    """Whether the bridge's user can read ``path`` (every directory above it traversable)."""
+    entry = pwd.getpwnam(BRIDGE_USER)
+    groups = {entry.pw_gid, *os.getgrouplist(BRIDGE_USER, entry.pw_gid)}
+
+    def allows(p: Path, bit: int) -> bool:
+        st = p.stat()
+        if st.st_uid == entry.pw_uid:
+            return bool(st.st_mode & (bit << 6))
+        if st.st_gid in groups:
+            return bool(st.st_mode & (bit << 3))
+        return bool(st.st_mode & bit)
+
+    resolved = path.resolve()
+    return all(allows(p, 1) for p in resolved.parents) and allows(resolved, 4)
 
 
 def _socket_answers() -> bool:
@@ -142,19 +187,29 @@ def start_bridge(
     config: Path | None = None,
     env_overrides: Mapping[str, str] | None = None,
 ) -> int:
-    """Start ``slurm-k8s-bridge serve`` (with ``config`` instead of dev/bridge.yaml;
-    ``env_overrides`` win over the ground's ``SKB_*`` settings, which win over any file)."""
+    """Start the shipped unit's ``slurm-k8s-bridge serve`` as the bridge's user (with ``config``
+    instead of dev/bridge.yaml; ``env_overrides`` win over the ground's ``SKB_*`` settings,
+    which win over any file). ``config`` must be readable by that user: not under pytest's
+    tmp_path (0700 root's), see tests.cluster.bridge_readable_dir."""
+    chosen = config or bridge_config_path(layout)
+    if not _readable_by_bridge_user(chosen):
+        raise ProvingGroundError(
+            f"{chosen}: not readable by {BRIDGE_USER}, the user the bridge runs as (put it "
+            f"in a directory that user can reach, e.g. under {layout.local})"
+        )
     SHARED_DIR.mkdir(parents=True, exist_ok=True)
     SHARED_DIR.chmod(0o1777)
     write_hooks_env(layout)
+    bridge_install.ensure_installed(layout)
     pid = start_daemon(
         state,
         "bridge",
-        bridge_argv(layout, config),
+        bridge_argv(layout, config, env_overrides),
         log_dir=layout.logs,
-        env={**bridge_env(layout), **(env_overrides or {})},
+        env={**os.environ, "PYTHONPATH": str(layout.root / "dev")},
+        cwd=layout.root,
     )
-    wait_until("bridge socket", _socket_answers, timeout_s=30, log_path=layout.logs / "bridge.log")
+    wait_until("bridge socket", _socket_answers, timeout_s=60, log_path=layout.logs / "bridge.log")
     return pid
 
 

@@ -11,10 +11,22 @@ import time
 from pathlib import Path
 
 from . import bridge_daemon, kube, network, pki, slurm, slurm_series
-from .layout import BRIDGE_NAME, HOST_IP, KWOK_NODES, MUNGE_SOCKET, NAMESPACE, REAL_NODE, Layout
+from .layout import (
+    BRIDGE_NAME,
+    GROUND_RUN,
+    HOST_IP,
+    KWOK_NODES,
+    MUNGE_SOCKET,
+    NAMESPACE,
+    REAL_NODE,
+    Layout,
+)
 from .processes import ProvingGroundError, State, run, stop_daemon
 
 log = logging.getLogger(__name__)
+
+#: The bridge unit's RuntimeDirectory (its socket).
+BRIDGE_SOCKET_DIR = "/run/slurm-k8s-bridge"
 
 #: Start order; ``down`` stops in reverse.
 DAEMONS = (
@@ -28,6 +40,8 @@ DAEMONS = (
     "kube-proxy",
     "kwok",
     "munged",
+    "mariadb",
+    "slurmdbd",
     "slurmctld",
     "bridge",
 )
@@ -43,6 +57,9 @@ REQUIRED_COMMANDS = (
     "/usr/sbin/slurmctld",
     "/usr/sbin/munged",
     "/usr/bin/sinfo",
+    "/usr/sbin/slurmdbd",
+    "/usr/sbin/mariadbd",
+    "/usr/sbin/useradd",
 )
 
 
@@ -68,8 +85,8 @@ def check_prerequisites() -> None:
     if missing:
         raise ProvingGroundError(
             "missing commands: " + ", ".join(missing) + " (run `make deps` as root: it installs "
-            "Debian's slurmctld slurmd slurm-client munge containerd runc "
-            "containernetworking-plugins debootstrap iproute2 openssl)"
+            "Debian's slurmctld slurmd slurm-client slurmdbd munge mariadb-server-core containerd "
+            "runc containernetworking-plugins debootstrap iproute2 openssl)"
         )
     if os.geteuid() != 0:
         raise ProvingGroundError("the proving ground runs containerd and a kubelet: run it as root")
@@ -169,7 +186,7 @@ def up(layout: Layout, series: str | None = None, auth: str | None = None) -> No
         kube.start_kube_proxy(layout, state)
     with Step(f"simulated nodes: kwok x{len(KWOK_NODES)}"):
         kube.start_kwok(layout, state)
-    with Step(f"Slurm {series} ({auth}): munged, slurmctld"):
+    with Step(f"Slurm {series} ({auth}): munged, mariadb, slurmdbd, slurmctld"):
         slurm.start_slurm(layout, state, series, auth)
     with Step("waiting for the real node to be Ready"):
         kube.wait_real_node(layout)
@@ -295,7 +312,8 @@ def down(layout: Layout) -> None:
             layout.kubelet_root,
             layout.containerd_state,
             layout.containerd_root,
-            Path(MUNGE_SOCKET).parent.parent,
+            Path(BRIDGE_SOCKET_DIR),
+            Path(GROUND_RUN),  # the Slurm roots' binds
         )
         if points:
             log.info("unmounted %d mount points", len(points))
@@ -304,7 +322,9 @@ def down(layout: Layout) -> None:
             run(["ip", "netns", "delete", name], check=False)
         network.remove_bridge(state)
         slurm.remove_hosts_entries()
-        shutil.rmtree(Path(MUNGE_SOCKET).parent.parent, ignore_errors=True)
+        shutil.rmtree(BRIDGE_SOCKET_DIR, ignore_errors=True)
+        if not network.mounts_under(Path(GROUND_RUN)):  # never delete through a bind
+            shutil.rmtree(GROUND_RUN, ignore_errors=True)
         shutil.rmtree(bridge_daemon.SHARED_DIR.parent, ignore_errors=True)
         (layout.root / "slurm_plugins" / "hooks.env").unlink(missing_ok=True)
         # Fresh cluster and Slurm state next time; certificates and the cache stay.
@@ -327,7 +347,7 @@ def leftovers(layout: Layout) -> dict[str, list[str]]:
     return {
         "processes": [n for n in DAEMONS if state.running(n)],
         "mounts": network.mounts_under(
-            layout.kubelet_root, layout.containerd_state, layout.containerd_root
+            layout.kubelet_root, layout.containerd_state, layout.containerd_root, Path(GROUND_RUN)
         ),
         "interfaces": [BRIDGE_NAME] if network.bridge_exists() else [],
         "netns": sorted(_netns() - before),

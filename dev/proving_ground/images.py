@@ -109,7 +109,10 @@ def slurmd_recipe(series: str = GROUND_SLURM, base: str | None = None) -> ImageR
     recipe_dir = slurmd_recipe_dir()
     return ImageRecipe(
         SLURMD_IMAGE,
-        tuple(recipe_dir / name for name in ("Containerfile", "entrypoint.sh", "packages.txt")),
+        tuple(
+            recipe_dir / name
+            for name in ("Containerfile", "entrypoint.sh", "packages.txt", "build-nss-slurm.sh")
+        ),
         f"slurm={series} suite={suite} base={base or base_reference(suite)}",
     )
 

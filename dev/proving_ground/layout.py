@@ -26,8 +26,22 @@ SLURMCTLD_PORT = 6817
 REAL_NODE = "skb-real-0"
 KWOK_NODES = tuple(f"skb-kwok-{i}" for i in range(10))
 NAMESPACE = "slurm"
+#: The ground's run-time directory (munged's socket, MariaDB's socket, the Slurm roots' mount
+#: points), 0755: every user must reach munged, job users too. Not /run/slurm-k8s-bridge: that is
+#: the bridge unit's RuntimeDirectory, 0750 and group SlurmUser's.
+GROUND_RUN = "/run/skb-ground"
 #: A munge socket of our own, so that a site's munged (if any) is never touched.
-MUNGE_SOCKET = "/run/slurm-k8s-bridge/munge/munge.socket.2"
+MUNGE_SOCKET = f"{GROUND_RUN}/munge/munge.socket.2"
+#: The site layout's users (created by `make up` when missing, kept by `make down`, like the
+#: packages): slurmctld and slurmdbd drop to SLURM_USER (Debian's packages create it, uid 64030);
+#: the bridge runs as BRIDGE_USER (deploy/systemd/sysusers.d: primary group SLURM_USER's);
+#: JOB_USER exists only on this host, submits jobs, and is resolved in the pods by nss_slurm.
+SLURM_USER = "slurm"
+BRIDGE_USER = "slurm-k8s-bridge"
+JOB_USER = "skb-alice"
+SLURMDBD_PORT = 6819
+#: MariaDB of our own for slurmdbd, on loopback only (not 3306: a site's own database may be).
+MARIADB_PORT = 3317
 #: The cluster's DNS domain; CoreDNS serves it on HOST_IP for the real node's pods.
 CLUSTER_DOMAIN = "cluster.local"
 
@@ -110,7 +124,7 @@ class Layout:
 
     @property
     def containerd_state(self) -> Path:
-        return Path("/run/slurm-k8s-bridge/containerd")
+        return Path(GROUND_RUN) / "containerd"
 
     @property
     def containerd_socket(self) -> Path:

@@ -86,8 +86,12 @@ def unmount_all(*prefixes: Path) -> list[str]:
     """Unmount (lazily, as a last resort) everything below ``prefixes``; return what was mounted."""
     points = mounts_under(*prefixes)
     for point in points:
-        if run(["umount", point], check=False).returncode != 0:
-            run(["umount", "-l", point], check=False)
+        # A point may hold several mounts stacked on each other: unmount until none is left.
+        for _ in range(8):
+            if point not in mounts_under(Path(point)):
+                break
+            if run(["umount", point], check=False).returncode != 0:
+                run(["umount", "-l", point], check=False)
     return points
 
 

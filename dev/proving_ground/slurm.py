@@ -12,8 +12,16 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from . import slurm_series
-from .layout import HOST_IP, MUNGE_SOCKET, SLURMCTLD_PORT, Layout
+from . import accounting, slurm_series
+from .layout import (
+    GROUND_RUN,
+    HOST_IP,
+    MUNGE_SOCKET,
+    SLURM_USER,
+    SLURMCTLD_PORT,
+    SLURMDBD_PORT,
+    Layout,
+)
 from .processes import ProvingGroundError, State, run, start_daemon, stop_daemon, wait_until
 
 log = logging.getLogger(__name__)
@@ -48,6 +56,8 @@ def render_options(series: str) -> dict[str, Any]:
 
 
 STRAY_NODES = "stray-[0-1]"
+#: ClusterName (dev/bridge.yaml's cluster_name says the same).
+CLUSTER = "provingground"
 
 
 def slurm_env(layout: Layout) -> dict[str, str]:
@@ -78,22 +88,38 @@ def controller_lines(
     log_dir: Path,
     slurmd_timeout: int,
     auth: str = slurm_series.AUTH_MUNGE,
+    slurm_user: str = "root",
+    accounting_port: int | None = None,
 ) -> list[str]:
     """The site part of a slurm.conf for a slurmctld of ours on this host (the ground's, and any
     other whole 22.05 cluster of ours such as dev/bench/chaos.py's): ``auth`` (munge on our own
-    socket by default), state and logs where given, Slurm's simplest plugins."""
+    socket by default), state and logs where given, Slurm's simplest plugins; slurmctld drops to
+    ``slurm_user``, and with ``accounting_port`` records jobs in the slurmdbd listening there."""
     host = socket.gethostname().split(".")[0]
+    accounting = (
+        [
+            "AccountingStorageType=accounting_storage/slurmdbd",
+            f"AccountingStorageHost={host}",
+            f"AccountingStoragePort={accounting_port}",
+            # slurmdbd's connections take munge's socket from here, not from AuthInfo.
+            *([f"AccountingStoragePass={MUNGE_SOCKET}"] if auth == slurm_series.AUTH_MUNGE else []),
+        ]
+        if accounting_port is not None
+        else []
+    )
     return [
         header,
         f"ClusterName={cluster}",
         f"SlurmctldHost={host}({HOST_IP})",
         f"SlurmctldPort={port}",
         "SlurmdPort=6818",
-        "SlurmUser=root",
+        f"SlurmUser={slurm_user}",
         *auth_lines(auth),
+        *accounting,
         f"StateSaveLocation={state_dir / 'state'}",
         "SlurmdSpoolDir=/var/spool/slurmd",
-        f"SlurmctldPidFile={state_dir / 'slurmctld.pid'}",
+        # In the state directory: the one SlurmUser may write.
+        f"SlurmctldPidFile={state_dir / 'state' / 'slurmctld.pid'}",
         f"SlurmctldLogFile={log_dir / 'slurmctld.log'}",
         "SlurmctldDebug=info",
         "ProctrackType=proctrack/linuxproc",
@@ -123,13 +149,18 @@ def render_slurm_conf(
     lines = [
         *controller_lines(
             "# Written by the proving ground (dev/proving_ground/slurm.py); edits are lost.",
-            cluster="provingground",
+            cluster=CLUSTER,
             port=SLURMCTLD_PORT,
             state_dir=layout.slurm,
             log_dir=layout.logs,
             slurmd_timeout=SLURMD_TIMEOUT,
             auth=auth,
+            slurm_user=SLURM_USER,
+            accounting_port=SLURMDBD_PORT,
         ),
+        # Job users exist only on this host: slurmstepd answers the pods' NSS lookups for them
+        # (the slurmd image carries libnss_slurm; deploy/images/slurmd/README.md).
+        "LaunchParameters=enable_nss_slurm",
         # CLOUD nodes no bridge pool owns: the bridge must refuse them, loudly (tests use them).
         f"NodeName={STRAY_NODES} CPUs=1 RealMemory=256 State=CLOUD",
         f"PartitionName=stray Nodes={STRAY_NODES} MaxTime=INFINITE State=UP",
@@ -258,14 +289,18 @@ def start_slurm(
     slurm_series.check_auth(series, auth)
     if series != slurm_series.HOST_SERIES:
         slurm_series.ensure_rootfs(layout.cache, series)
+        slurm_series.bind_root(layout.cache, series)
         if not (layout.root / "slurm_plugins" / "bin" / "skb-hook").exists():
             raise ProvingGroundError(
                 f"Slurm {series} runs inside its own root, which has no Python: its hooks need "
                 "the Go hook client (`make hook-client` builds slurm_plugins/bin/skb-hook)"
             )
     programs = slurm_series.programs(layout, series)
-    if switching_series(state, series, auth):
+    fresh_accounting = switching_series(state, series, auth)
+    if fresh_accounting:
         stop_daemon(state, "slurmctld")
+        # slurmdbd of the old series or authentication goes too; its database follows below.
+        stop_daemon(state, "slurmdbd")
         # Saved state of another series is refused (or misread): start from none. A switch of
         # authentication starts fresh too: nodes registered with the other one are gone.
         shutil.rmtree(layout.slurm / "state", ignore_errors=True)
@@ -276,6 +311,8 @@ def start_slurm(
     if auth == slurm_series.AUTH_SLURM:
         ensure_slurm_key(layout)
     munge_dir = layout.local / "munge"
+    os.makedirs(GROUND_RUN, mode=0o755, exist_ok=True)
+    os.chmod(GROUND_RUN, 0o755)  # noqa: S103 (every user reaches munged: job users too)
     os.makedirs(os.path.dirname(MUNGE_SOCKET), mode=0o755, exist_ok=True)
     start_daemon(
         state,
@@ -299,6 +336,14 @@ def start_slurm(
         log_path=layout.logs / "munged.log",
     )
     (layout.slurm / "state").mkdir(parents=True, exist_ok=True)
+    # slurmctld and slurmdbd drop to SlurmUser: it writes their state and logs, and the hooks'
+    # log (they run as SlurmUser too).
+    accounting.ensure_users()
+    accounting.chown_to(layout.slurm / "state", SLURM_USER)
+    layout.logs.mkdir(parents=True, exist_ok=True)
+    for name in ("slurmctld.log", "hooks.log"):
+        (layout.logs / name).touch()
+        accounting.chown_to(layout.logs / name, SLURM_USER)
     from bridge.config import load_config
     from bridge.domain.hostlist import expand
 
@@ -309,7 +354,14 @@ def start_slurm(
         # Power saving and node lines are read at start-up: restart rather than reconfigure.
         stop_daemon(state, "slurmctld")
     layout.slurm_conf.write_text(text)
+    # Accounting before slurmctld, as a site starts them; sacctmgr reads slurm.conf first.
     env = slurm_env(layout)
+    accounting.start_mariadb(layout, state)
+    if fresh_accounting:
+        # A database a newer slurmdbd converted is refused by an older one: start from none.
+        accounting.drop_database()
+    accounting.start_slurmdbd(layout, state, programs, auth, env)
+    accounting.ensure_associations(programs, env, CLUSTER)
     start_daemon(
         state,
         "slurmctld",

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .layout import Layout
+from .layout import GROUND_RUN, Layout
 from .processes import ProvingGroundError
 
 #: Slurm series -> the Debian suite that packages it.
@@ -48,9 +48,16 @@ DEFAULT_AUTH = AUTH_MUNGE
 #: auth_slurm.so).
 WITHOUT_AUTH_SLURM = frozenset({"22.05"})
 #: The clients wrapped in .local/slurm/bin (what the bridge, the tests and users call).
-CLIENTS = ("scontrol", "sinfo", "squeue", "sbatch", "srun", "scancel", "sacct", "salloc")
+CLIENTS = (
+    "scontrol", "sinfo", "squeue", "sbatch", "srun", "scancel", "sacct", "sacctmgr", "salloc",
+)  # fmt: skip
 #: Directories bound into the root at the same path (files: /etc/hosts, see _enter_script).
-_SHARED_DIRS = ("/run/slurm-k8s-bridge", "/tmp", "/var/lib/slurm-k8s-bridge/shared")  # noqa: S108
+_SHARED_DIRS = (
+    "/run/slurm-k8s-bridge", GROUND_RUN, "/tmp", "/var/lib/slurm-k8s-bridge/shared",  # noqa: S108
+)  # fmt: skip
+#: Files bound into the root: the CLOUD names, and the users and groups (SlurmUser, the bridge's
+#: user and the job users are this host's; the root's own /etc/passwd does not know them).
+_SHARED_FILES = ("/etc/hosts", "/etc/passwd", "/etc/group")
 
 
 def series_from_env() -> str:
@@ -87,10 +94,24 @@ def rootfs(cache: Path, series: str) -> Path:
     return cache / f"rootfs-{SUITES[series]}-slurm"
 
 
+#: Debian packages of the series in its root: the controller, accounting and the clients.
+ROOT_PACKAGES = ("slurmctld", "slurmdbd", "slurmd", "slurm-client")
+_APT_UPDATE = "apt-get -o Acquire::Check-Valid-Until=false update"
+
+
 def ensure_rootfs(cache: Path, series: str) -> Path:
-    """Create the cached root with that Slurm series unless it exists (~30 s cold)."""
+    """Create the cached root with that Slurm series unless it exists (~30 s cold); a root
+    cached before slurmdbd was one of :data:`ROOT_PACKAGES` gets it added (~10 s, once)."""
     root = rootfs(cache, series)
     if (root / "usr/sbin/slurmctld").exists():
+        if not (root / "usr/sbin/slurmdbd").exists():
+            print(f"    adding slurmdbd to {root} (once)", flush=True)
+            install = (
+                f"{_APT_UPDATE} && DEBIAN_FRONTEND=noninteractive apt-get install -y "
+                f"--no-install-recommends 'slurmdbd={series}.*' "
+                "&& apt-get clean"
+            )
+            subprocess.run(["chroot", str(root), "sh", "-c", install], check=True)
         return root
     partial = root.with_name(root.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
@@ -104,9 +125,8 @@ def ensure_rootfs(cache: Path, series: str) -> Path:
     install = (
         # The mirror may serve a sid snapshot whose Release has expired (seen: 27 days); apt
         # refuses it unless told the date does not matter.
-        "apt-get -o Acquire::Check-Valid-Until=false update && "
-        "DEBIAN_FRONTEND=noninteractive apt-get install -y "
-        "--no-install-recommends slurmctld slurmd slurm-client && apt-get clean"
+        f"{_APT_UPDATE} && DEBIAN_FRONTEND=noninteractive apt-get install -y "
+        f"--no-install-recommends {' '.join(ROOT_PACKAGES)} && apt-get clean"
     )
     subprocess.run(["chroot", str(partial), "sh", "-c", install], check=True)
     # A suite moves on (sid especially): refuse a root that does not carry the series named.
@@ -126,6 +146,7 @@ class SlurmPrograms:
     series: str
     bin_dir: Path  # scontrol, sinfo ... (the host's /usr/bin for 22.05, else our wrappers)
     slurmctld: tuple[str, ...]  # argv prefix that starts slurmctld
+    slurmdbd: tuple[str, ...]  # argv prefix that starts slurmdbd
 
     @property
     def on_host(self) -> bool:
@@ -139,8 +160,10 @@ def programs(layout: Layout, series: str) -> SlurmPrograms:
     """The programs of ``series``; for a series of a root, writes the wrappers (the root must
     exist: :func:`ensure_rootfs`)."""
     if series == HOST_SERIES:
-        return SlurmPrograms(series, Path("/usr/bin"), ("/usr/sbin/slurmctld",))
-    root = rootfs(layout.cache, series)
+        return SlurmPrograms(
+            series, Path("/usr/bin"), ("/usr/sbin/slurmctld",), ("/usr/sbin/slurmdbd",)
+        )
+    root = reachable_root(layout.cache, series)
     bin_dir = layout.slurm / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     enter = bin_dir / "enter-root"
@@ -151,33 +174,87 @@ def programs(layout: Layout, series: str) -> SlurmPrograms:
             f"#!/bin/sh\n# Slurm {series}'s {name}, run inside {root} (written by the proving "
             f'ground).\nexec {shlex.quote(str(enter))} /usr/bin/{name} "$@"\n',
         )
-    return SlurmPrograms(series, bin_dir, (str(enter), "/usr/sbin/slurmctld"))
+    return SlurmPrograms(
+        series, bin_dir, (str(enter), "/usr/sbin/slurmctld"), (str(enter), "/usr/sbin/slurmdbd")
+    )
+
+
+#: Where the cached roots are bound for every user: the cache is root's (~/.cache under /root,
+#: 0700), and the bridge's user and the job users run the series' clients too.
+ROOTS_MOUNT = Path(GROUND_RUN) / "roots"
+
+
+def reachable_root(cache: Path, series: str) -> Path:
+    """Where the root of ``series`` is reached by every user once :func:`bind_root` ran."""
+    return ROOTS_MOUNT / rootfs(cache, series).name
+
+
+def _mounted(path: Path) -> bool:
+    # Not os.path.ismount: a bind of a directory of the same file system looks like none.
+    mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    return any(line.split()[4] == str(path) for line in mounts)
+
+
+def bind_root(cache: Path, series: str) -> Path:
+    """Bind the cached root of ``series`` at :func:`reachable_root` unless it is (root only;
+    ``make down`` unmounts it). Read-write: slurmctld's sack socket (auth/slurm) in the root's
+    /run/slurm must be the one the clients reach; other users cannot write the root's files."""
+    cached, target = rootfs(cache, series), reachable_root(cache, series)
+    if not _mounted(target):
+        Path(GROUND_RUN).mkdir(mode=0o755, parents=True, exist_ok=True)
+        os.chmod(GROUND_RUN, 0o755)  # noqa: S103 (job users run the clients)
+        target.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "--bind", str(cached), str(target)], check=True)
+    return target
 
 
 def _enter_script(layout: Layout, root: Path, series: str) -> str:
+    cached = rootfs(layout.cache, series)
     binds = [str(layout.root), *_SHARED_DIRS]
     for path in binds:  # mount points must exist in the root (empty directories, harmless)
         Path(path).mkdir(parents=True, exist_ok=True)
-        (root / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
-    (root / "etc" / "hosts").touch()  # minbase has none; a file bind needs one to cover
-    mounts = " && ".join(
-        [
-            'mount -t proc proc "$r/proc"',
-            *(f'mount --bind {shlex.quote(p)} "$r"{shlex.quote(p)}' for p in binds),
-            'mount --bind /etc/hosts "$r/etc/hosts"',
-            'mkdir -p "$r/run/slurm"',
-            'exec /usr/sbin/chroot "$r" "$@"',
+        (cached / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    for path in _SHARED_FILES:  # minbase has no /etc/hosts; a file bind needs one to cover
+        (cached / path.lstrip("/")).touch()
+    (cached / "run" / "slurm").mkdir(parents=True, exist_ok=True)
+
+    # A directory the caller cannot read (the bridge's socket directory, for a job user) is
+    # not bound: "|| true" for directories, not for the files every program needs.
+    def dir_binds(how: str) -> list[str]:
+        return [
+            f'{{ mount {how} {shlex.quote(p)} "$r"{shlex.quote(p)} 2>/dev/null || true; }}'
+            for p in binds
         ]
-    )
+
+    file_binds = [f'mount --bind {p} "$r"{p}' for p in _SHARED_FILES]
+    root_mounts = " && ".join(
+        ['mount -t proc proc "$r/proc"', *dir_binds("--bind"), *file_binds,
+         'exec /usr/sbin/chroot "$r" "$@"']
+    )  # fmt: skip
+    # Not root (the bridge's user, a job user): a user namespace that maps the caller to
+    # itself (Slurm sees the same uid through munge) and keeps the namespace's capabilities
+    # for the mounts and chroot; /proc is bound, not mounted (that needs a PID namespace), and
+    # directories recursively (the kernel refuses a user namespace a plain bind of a directory
+    # with mounts below it, e.g. the checkout's kubelet volumes: it would uncover them).
+    user_mounts = " && ".join(
+        ['mount --rbind /proc "$r/proc"', *dir_binds("--rbind"), *file_binds,
+         'exec /usr/sbin/chroot "$r" "$@"']
+    )  # fmt: skip
+    quoted_root = shlex.quote(str(root))
     return (
         "#!/bin/sh\n"
-        f"# Runs a program of Slurm {series} inside {root}, in a private mount namespace that\n"
-        "# binds in the checkout, /run/slurm-k8s-bridge, /tmp, the shared directory, /etc/hosts\n"
-        "# and a fresh /proc (see dev/proving_ground/slurm_series.py). Written by the\n"
-        "# proving ground; edits are lost.\n"
-        "exec /usr/bin/unshare --mount --propagation private /bin/sh -c "
-        + shlex.quote(f"r={shlex.quote(str(root))} && {mounts}")
+        f"# Runs a program of Slurm {series} inside {root} (a bind of {cached}),\n"
+        "# in a private mount namespace that binds in the checkout, /run/slurm-k8s-bridge,\n"
+        f"# {GROUND_RUN}, /tmp, the shared directory, /etc/hosts, /etc/passwd, /etc/group\n"
+        "# and /proc (see dev/proving_ground/slurm_series.py). Written by the proving ground;\n"
+        "# edits are lost.\n"
+        'if [ "$(id -u)" = 0 ]; then\n'
+        "  exec /usr/bin/unshare --mount --propagation private /bin/sh -c "
+        + shlex.quote(f"r={quoted_root} && {root_mounts}")
         + ' skb-enter-root "$@"\n'
+        "fi\n"
+        "exec /usr/bin/unshare --map-current-user --keep-caps --mount --propagation private "
+        "/bin/sh -c " + shlex.quote(f"r={quoted_root} && {user_mounts}") + ' skb-enter-root "$@"\n'
     )
 
 

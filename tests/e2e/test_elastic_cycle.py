@@ -146,12 +146,12 @@ def test_two_jobs_on_two_pools_at_once(proving_ground: ProvingGround, use: Use) 
 
 
 def test_broken_pool_fails_fast_recovers_and_runs_once_fixed(
-    proving_ground: ProvingGround, use: Use, tmp_path: Path
+    proving_ground: ProvingGround, use: Use, bridge_tmp: Path
 ) -> None:
-    broken_pool_cycle(proving_ground, use, tmp_path)
+    broken_pool_cycle(proving_ground, use, bridge_tmp)
 
 
-def broken_pool_cycle(pg: ProvingGround, use: Use, tmp_path: Path) -> None:
+def broken_pool_cycle(pg: ProvingGround, use: Use, bridge_tmp: Path) -> None:
     """A pod that cannot run: the node DOWN with Kubernetes' reason, the job requeued, the node
     back to idle~, and the job run once the pool's image is fixed."""
     use("broken-1")
@@ -193,7 +193,7 @@ def broken_pool_cycle(pg: ProvingGround, use: Use, tmp_path: Path) -> None:
     assert _stuck_nodes("broken-1") == [], "back at idle~, nothing is stuck"
     # Fix the pool's image in the configuration and restart the bridge (it reads it at start).
     config = (pg.layout.root / "dev/bridge.yaml").read_text()
-    fixed = tmp_path / "bridge.yaml"
+    fixed = bridge_tmp / "bridge.yaml"
     fixed.write_text(config.replace("slurmd:does-not-exist", "slurmd:dev"))
     restart_bridge(pg, fixed)
     try:

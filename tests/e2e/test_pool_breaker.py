@@ -62,7 +62,7 @@ def _idle_powered_down(pg: ProvingGround, name: str) -> bool | None:
 
 
 def test_a_failing_pool_pauses_the_other_keeps_serving_and_pool_resume_ends_it(
-    proving_ground: ProvingGround, use: Use, tmp_path: Path
+    proving_ground: ProvingGround, use: Use, bridge_tmp: Path
 ) -> None:
     pg = proving_ground
     use("broken-[0-1]")
@@ -70,7 +70,7 @@ def test_a_failing_pool_pauses_the_other_keeps_serving_and_pool_resume_ends_it(
     config = (pg.layout.root / "dev/bridge.yaml").read_text()
     anchor = "    partition: broken\n"
     assert anchor in config
-    with_breaker = tmp_path / "bridge.yaml"
+    with_breaker = bridge_tmp / "bridge.yaml"
     with_breaker.write_text(config.replace(anchor, anchor + BREAKER, 1))
     restart_bridge(pg, with_breaker)
     try:

@@ -38,13 +38,13 @@ def _pod(pg: ProvingGround) -> dict[str, Any] | None:
 
 
 def test_a_reload_that_drops_a_busy_node_from_its_pool_lets_its_job_finish(
-    proving_ground: ProvingGround, use: Use, tmp_path: Path
+    proving_ground: ProvingGround, use: Use, bridge_tmp: Path
 ) -> None:
     pg = proving_ground
     use(NODE)
     original = (pg.layout.root / "dev/bridge.yaml").read_text()
     assert original.count(POOL_LINE) == 1, "pool cpu's hostlist moved"
-    config = tmp_path / "bridge.yaml"
+    config = bridge_tmp / "bridge.yaml"
     config.write_text(original)
     restart_bridge(pg, config)
     try:

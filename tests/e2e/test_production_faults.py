@@ -185,12 +185,12 @@ def _slow_slurm_bin(directory: Path, real: Path, delay_s: float) -> Path:
 
 
 def test_a_slow_scontrol_never_costs_a_registering_node_its_pod(
-    proving_ground: ProvingGround, use: Use, tmp_path: Path
+    proving_ground: ProvingGround, use: Use, bridge_tmp: Path
 ) -> None:
     pg = proving_ground
     use("cpu-8")
     real = slurm.ground_programs(pg.layout).bin_dir
-    slow = _slow_slurm_bin(tmp_path / "slow-bin", real, 3)
+    slow = _slow_slurm_bin(bridge_tmp / "slow-bin", real, 3)
     log = pg.layout.logs / "bridge.log"
     log_start = log.stat().st_size if log.exists() else 0
     # The ground sets SKB_SLURM_BIN_DIR, which wins over any file: override it.

@@ -47,7 +47,7 @@ def slurmd_pod(name: str) -> dict[str, object]:
                         {"name": "SLURM_CONF_SERVER", "value": "10.213.0.1:6817"},
                         {
                             "name": "MUNGE_SOCKET",
-                            "value": "/run/slurm-k8s-bridge/munge/munge.socket.2",
+                            "value": "/run/skb-ground/munge/munge.socket.2",
                         },
                     ],
                     "securityContext": {"privileged": True},

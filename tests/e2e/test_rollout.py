@@ -34,7 +34,7 @@ HASH_LABEL = "slurm-k8s-bridge.io/template-hash"
 #: `&real` anchor: the pools that alias it change too, which rolls nothing they do not run).
 ENV_ANCHOR = (
     "              - name: MUNGE_SOCKET\n"
-    "                value: /run/slurm-k8s-bridge/munge/munge.socket.2\n"
+    "                value: /run/skb-ground/munge/munge.socket.2\n"
 )
 MARK = '              - name: SKB_ROLLOUT_MARK\n                value: "2"\n'
 
@@ -69,14 +69,14 @@ def _status() -> str:
 
 
 def test_a_template_change_rolls_a_busy_node_after_its_job(
-    proving_ground: ProvingGround, use: Use, tmp_path: Path
+    proving_ground: ProvingGround, use: Use, bridge_tmp: Path
 ) -> None:
     pg = proving_ground
     use(NODE)
     original = (pg.layout.root / "dev/bridge.yaml").read_text()
     # The first occurrence is pool cpu's template (the &real anchor that big aliases too).
     assert 0 <= original.find(ENV_ANCHOR) < original.find("- name: big"), "cpu's env moved"
-    config = tmp_path / "bridge.yaml"
+    config = bridge_tmp / "bridge.yaml"
     config.write_text(original)
     restart_bridge(pg, config)
     try:

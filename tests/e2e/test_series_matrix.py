@@ -59,10 +59,10 @@ def test_two_node_job(proving_ground: ProvingGround, series: str, use: Use) -> N
 
 
 def test_failure_reason_requeue_recovery(
-    proving_ground: ProvingGround, series: str, use: Use, tmp_path: Path
+    proving_ground: ProvingGround, series: str, use: Use, bridge_tmp: Path
 ) -> None:
     del series
-    broken_pool_cycle(proving_ground, use, tmp_path)
+    broken_pool_cycle(proving_ground, use, bridge_tmp)
 
 
 def test_eviction(proving_ground: ProvingGround, series: str, use: Use) -> None:

@@ -56,11 +56,11 @@ def sidecar_ended(pg: ProvingGround) -> dict[str, Any] | None:
 
 
 def test_a_sidecar_that_ends_leaves_the_node_and_its_job_alone(
-    proving_ground: ProvingGround, use: Use, tmp_path: Path
+    proving_ground: ProvingGround, use: Use, bridge_tmp: Path
 ) -> None:
     pg = proving_ground
     use(NODE)
-    restart_bridge(pg, with_sidecar(pg, tmp_path / "bridge.yaml"))
+    restart_bridge(pg, with_sidecar(pg, bridge_tmp / "bridge.yaml"))
     try:
         job = submit(
             pg, "-p", "big", "-N1", "-w", NODE, "--output=/dev/null", "--chdir=/tmp",

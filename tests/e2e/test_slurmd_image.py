@@ -8,7 +8,8 @@ SLURM=24.11`, ~45 s cold) or when SKB_BUILD_ALL_SERIES=1 asks this test to build
 they skip, so `make test` never pays for a base image of another suite. A cached non-default
 series also joins a throwaway slurmctld of its own series (configless, munge) in a podman pod and
 runs a step, and does the same with auth/slurm (no munge), configless and with a mounted
-slurm.conf.
+slurm.conf. Every cached series' image carries nss_slurm (unless its build could not get Slurm's
+source, which the image records), and a user that only slurmctld's host knows resolves in a job.
 """
 
 from __future__ import annotations
@@ -143,6 +144,9 @@ runuser -u munge -- munged
 exec slurmctld -D -f /cfg/slurm.conf
 """
 
+#: What points the slurmctld container's clients at its config.
+_CTL_ENV = ["-e", "SLURM_CONF=/cfg/slurm.conf"]
+
 
 def _slurmctld_image(series: str) -> str:
     """A throwaway slurmctld of ``series`` on the same local Debian base (cached)."""
@@ -182,31 +186,30 @@ def _wait_for_idle(ctl: str, conf: list[str], timeout_s: float = 60) -> str:
     return state
 
 
-@pytest.mark.parametrize("series", OTHER_SERIES)
-def test_other_series_image_registers_with_its_slurmctld(
-    proving_ground: ProvingGround, series: str, tmp_path: Path
-) -> None:
-    """The image as the bridge runs it (entrypoint, env, munge key file, configless) joins a
-    slurmctld of its series and runs a step: in a podman pod, over the pod's loopback."""
-    del proving_ground
+@contextlib.contextmanager
+def _munge_pod(
+    series: str, tmp_path: Path, name: str, slurm_conf: str = _SLURM_CONF,
+    ctl_script: str = _CTL_SCRIPT,
+) -> Iterator[str]:  # fmt: skip
+    """A podman pod with a slurmctld of ``series`` (munge) and the series' slurmd image run as
+    the bridge runs it (entrypoint, env, munge key file, configless), removed on exit; yields
+    the pod's name once the node is idle. Skips when the image is not cached."""
     reference = images.slurmd_recipe(series).reference()
     if _podman("image", "exists", reference, check=False).returncode != 0:
         pytest.skip(f"slurmd {series} not cached: `make image SLURM={series}` builds it")
     controller = _slurmctld_image(series)
-    (tmp_path / "slurm.conf").write_text(_SLURM_CONF)
-    (tmp_path / "ctl.sh").write_text(_CTL_SCRIPT)
+    (tmp_path / "slurm.conf").write_text(slurm_conf)
+    (tmp_path / "ctl.sh").write_text(ctl_script)
     key = tmp_path / "munge.key"
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)
-    pod = f"skb-image-test-{series.replace('.', '')}-{os.getpid()}"
-    conf = ["-e", "SLURM_CONF=/cfg/slurm.conf"]
+    pod = f"skb-{name}-{series.replace('.', '')}-{os.getpid()}"
     # podman's default network, not none: Slurm resolves with AI_ADDRCONFIG, which finds no
     # address with loopback alone. All traffic stays on the pod's loopback.
     _podman("pod", "create", "--name", pod, "--hostname", "ctl")
     try:
-        ctl = f"{pod}-ctl"
-        _podman("run", "-d", "--pod", pod, "--name", ctl, "-v", f"{tmp_path}:/cfg:ro", *conf,
-                controller, "sh", "/cfg/ctl.sh")  # fmt: skip
+        _podman("run", "-d", "--pod", pod, "--name", f"{pod}-ctl", "-v", f"{tmp_path}:/cfg:ro",
+                *_CTL_ENV, controller, "sh", "/cfg/ctl.sh")  # fmt: skip
         _podman(
             "run", "-d", "--pod", pod, "--name", f"{pod}-slurmd", "--privileged",
             "-v", f"{key}:{pod_rendering.MUNGE_MOUNT_DIR}/{pod_rendering.MUNGE_SECRET_KEY}:ro",
@@ -214,14 +217,120 @@ def test_other_series_image_registers_with_its_slurmctld(
             "-e", f"{pod_rendering.ENV_CONF_SERVER}=127.0.0.1:6817",
             reference,
         )  # fmt: skip
-        state = _wait_for_idle(ctl, conf)
+        state = _wait_for_idle(f"{pod}-ctl", _CTL_ENV)
         logs = _podman("logs", f"{pod}-slurmd", check=False)
         assert state.startswith("idle"), (state, logs.stdout, logs.stderr)
         assert state.split()[1].startswith(f"{series}."), state
-        step = _podman("exec", *conf, ctl, "srun", "-w", "n1", "-N1", "echo", "step-ran")
-        assert step.stdout.strip() == "step-ran"
+        yield pod
     finally:
         _podman("pod", "rm", "--force", pod, check=False)
+
+
+@pytest.mark.parametrize("series", OTHER_SERIES)
+def test_other_series_image_registers_with_its_slurmctld(
+    proving_ground: ProvingGround, series: str, tmp_path: Path
+) -> None:
+    """The image as the bridge runs it (entrypoint, env, munge key file, configless) joins a
+    slurmctld of its series and runs a step: in a podman pod, over the pod's loopback."""
+    del proving_ground
+    with _munge_pod(series, tmp_path, "image-test") as pod:
+        step = _podman("exec", *_CTL_ENV, f"{pod}-ctl", "srun", "-w", "n1", "-N1", "echo",
+                       "step-ran")  # fmt: skip
+        assert step.stdout.strip() == "step-ran"
+
+
+#: What the image's nss stage (deploy/images/slurmd/build-nss-slurm.sh) records: `built ...`, or
+#: `absent: <why>` when the build could not get Slurm's source.
+NSS_STATUS = "/usr/local/share/slurm-k8s-bridge/nss-slurm.txt"
+#: In the image: the module is found and links, passwd and group end with slurm after files,
+#: and local lookups still work.
+_NSS_CHECK = r"""
+set -eu
+module=$(find /usr/lib -name libnss_slurm.so.2)
+test -n "$module"
+echo "module: $module"
+if ldd "$module" | grep 'not found'; then exit 1; fi
+grep -E '^(passwd|group):' /etc/nsswitch.conf
+test "$(grep -cE '^(passwd|group):[[:space:]]+files slurm$' /etc/nsswitch.conf)" = 2
+getent passwd root
+getent group root
+"""
+
+
+def _series_image(proving_ground: ProvingGround, series: str) -> str:
+    """The series' current build: the ground's is built (warm after `make up`); another series'
+    only when cached or when SKB_BUILD_ALL_SERIES=1, else the test skips."""
+    reference = images.slurmd_recipe(series).reference()
+    cached = _podman("image", "exists", reference, check=False).returncode == 0
+    if (
+        series != proving_ground.series
+        and not cached
+        and not os.environ.get("SKB_BUILD_ALL_SERIES")
+    ):
+        pytest.skip(f"slurmd {series} not cached: `make image SLURM={series}` builds it")
+    return images.build_slurmd_image(proving_ground.layout, series)
+
+
+def _nss_slurm_status(reference: str) -> str:
+    """The image's nss line; skips the test when the build recorded the module as absent."""
+    status = _podman("run", "--rm", "--network=none", "--entrypoint=/bin/cat", reference,
+                     NSS_STATUS).stdout.strip()  # fmt: skip
+    if status.startswith("absent:"):
+        # NSS_SLURM=auto: e.g. a mirror that serves the series' binaries but not its source.
+        pytest.skip(f"{reference} has no nss_slurm ({status}); see deploy/images/slurmd/README.md")
+    assert status.startswith("built "), status
+    return status
+
+
+@pytest.mark.parametrize("series", sorted(images.SLURM_SUITES))
+def test_image_carries_nss_slurm(proving_ground: ProvingGround, series: str) -> None:
+    """libnss_slurm.so.2 of the image's Slurm version is installed, finds every library it
+    links, and nsswitch.conf asks slurm after files for passwd and group."""
+    reference = _series_image(proving_ground, series)
+    status = _nss_slurm_status(reference)
+    release = images.slurm_release(images.slurmd_version(reference))
+    assert f"slurm-wlm {release}-" in status, (status, release)
+    check = _podman("run", "--rm", "--network=none", "--entrypoint=/bin/sh", reference, "-c",
+                    _NSS_CHECK, check=False)  # fmt: skip
+    assert check.returncode == 0, (check.stdout, check.stderr)
+    assert "root:x:0:0:" in check.stdout
+
+
+#: A user and a group that exist only where the job is submitted (the slurmctld container).
+_SUBMIT_HOST_USER = """groupadd -g 5001 projecta
+useradd -u 5000 -U -G projecta -c "Submit Host Only" -d /home/alice -s /bin/sh alice
+"""
+
+
+@pytest.mark.parametrize("series", sorted(images.SLURM_SUITES))
+def test_nss_slurm_resolves_the_job_user_only_the_submit_host_knows(
+    proving_ground: ProvingGround, series: str, tmp_path: Path
+) -> None:
+    """With LaunchParameters=enable_nss_slurm, a job of a user missing from the pod's
+    /etc/passwd resolves its user and groups (id -un, whoami, getent) inside the job step;
+    outside any step the pod still does not know the user."""
+    reference = _series_image(proving_ground, series)
+    _nss_slurm_status(reference)
+    tmp_path.chmod(0o755)  # mounted at /cfg: srun reads slurm.conf as the job's user
+    slurm_conf = _SLURM_CONF.replace(
+        "ReturnToService=2\n", "LaunchParameters=enable_nss_slurm\nReturnToService=2\n"
+    )
+    ctl_script = _CTL_SCRIPT.replace(
+        "runuser -u munge -- munged\n", f"{_SUBMIT_HOST_USER}runuser -u munge -- munged\n"
+    )
+    with _munge_pod(series, tmp_path, "nss-test", slurm_conf, ctl_script) as pod:
+        step = _podman(
+            "exec", *_CTL_ENV, f"{pod}-ctl", "runuser", "-u", "alice", "--",
+            "srun", "-w", "n1", "-N1", "sh", "-c",
+            'id -un; whoami; getent passwd "$(id -u)" | cut -d: -f1,3,6; id -Gn',
+            check=False,
+        )  # fmt: skip
+        assert step.returncode == 0, (step.stdout, step.stderr)
+        user, whoami, passwd, groups = step.stdout.split("\n")[:4]
+        assert (user, whoami, passwd) == ("alice", "alice", "alice:5000:/home/alice")
+        assert set(groups.split()) == {"alice", "projecta"}, groups
+        outside = _podman("exec", f"{pod}-slurmd", "getent", "passwd", "alice", check=False)
+        assert outside.returncode == 2, outside.stdout
 
 
 # auth/slurm (a shared slurm.key, no munge) came with Slurm 23.11: 22.05's packages have no

@@ -59,12 +59,12 @@ def _listings(directory: Path) -> int:
 
 
 def test_a_suspend_between_the_slurm_read_and_the_pod_read_downs_nothing(
-    proving_ground: ProvingGround, use: Use, tmp_path: Path
+    proving_ground: ProvingGround, use: Use, bridge_tmp: Path
 ) -> None:
     pg = proving_ground
     use(NODE)
     real = slurm.ground_programs(pg.layout).bin_dir
-    stale = _stale_listing_bin(tmp_path / "stale-bin", real)
+    stale = _stale_listing_bin(bridge_tmp / "stale-bin", real)
     restart_bridge(pg, env_overrides={"SKB_SLURM_BIN_DIR": str(stale)})
     try:
         job = submit(

@@ -16,7 +16,7 @@ from proving_ground.processes import ProvingGroundError, State  # isort: skip
 MUNGE_LINES = [
     "AuthType=auth/munge",
     "CredType=cred/munge",
-    "AuthInfo=socket=/run/slurm-k8s-bridge/munge/munge.socket.2",
+    "AuthInfo=socket=/run/skb-ground/munge/munge.socket.2",
 ]
 SLURM_LINES = ["AuthType=auth/slurm", "CredType=cred/slurm"]
 

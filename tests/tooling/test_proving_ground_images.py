@@ -152,3 +152,18 @@ def test_stale_slurmd_builds(listed: list[str], stale: list[str]) -> None:
 
 def test_stale_slurmd_builds_keeps_every_series_current_build() -> None:
     assert images.stale_slurmd_builds([*BUILD.values(), STALE_BUILD]) == [STALE_BUILD]
+
+
+def test_slurmd_recipe_digest_covers_every_file_the_containerfile_copies() -> None:
+    """A file the Containerfile copies from the build context but the recipe does not hash
+    would change the image without changing its cached build's name."""
+    containerfile = images.slurmd_recipe_dir() / "Containerfile"
+    copied: set[str] = set()
+    for line in containerfile.read_text().splitlines():
+        words = line.split()
+        if not words or words[0] != "COPY" or any(w.startswith("--from=") for w in words):
+            continue
+        copied.update(w for w in words[1:-1] if not w.startswith("--"))
+    hashed = {path.name for path in images.slurmd_recipe(SERIES).files}
+    assert copied, "no COPY from the build context found"
+    assert copied | {"Containerfile"} <= hashed, copied - hashed
