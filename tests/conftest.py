@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -137,6 +138,9 @@ def bridge_tmp(proving_ground: ProvingGround, request: pytest.FixtureRequest) ->
     path.mkdir(parents=True)
     for directory in (path.parent, path):
         directory.chmod(0o755)
+    # The bridge's user writes there too (a test's Slurm wrappers count their calls in it).
+    bridge_user = pwd.getpwnam(layout.BRIDGE_USER)
+    os.chown(path, bridge_user.pw_uid, bridge_user.pw_gid)
     yield path
     shutil.rmtree(path, ignore_errors=True)
 

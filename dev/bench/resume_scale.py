@@ -23,6 +23,7 @@ Cleanup between contenders deletes leftovers with the lean client and waits unti
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -66,15 +67,15 @@ METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v
 @dataclass(frozen=True)
 class Credentials:
     server: str
-    ca_file: str
+    ca_pem: str  # the CA's certificates, PEM
     token: str | None = None
     cert_file: str | None = None
     key_file: str | None = None
 
 
 def read_kubeconfig(path: Path) -> Credentials:
-    """The current context's server and credentials (file paths or a token; both kubeconfigs of
-    the proving ground use these forms)."""
+    """The current context's server and credentials (a token or certificate files; the CA as a
+    file or inline, as the ground's two kubeconfigs write them)."""
     config = yaml.safe_load(path.read_text())
     context_name = config["current-context"]
     context = next(c["context"] for c in config["contexts"] if c["name"] == context_name)
@@ -82,7 +83,11 @@ def read_kubeconfig(path: Path) -> Credentials:
     user = next(u["user"] for u in config["users"] if u["name"] == context["user"])
     return Credentials(
         server=cluster["server"],
-        ca_file=cluster["certificate-authority"],
+        ca_pem=(
+            base64.b64decode(cluster["certificate-authority-data"]).decode()
+            if "certificate-authority-data" in cluster
+            else Path(cluster["certificate-authority"]).read_text()
+        ),
         token=user.get("token"),
         cert_file=user.get("client-certificate"),
         key_file=user.get("client-key"),
@@ -93,7 +98,7 @@ class LeanApi:
     """The baseline: urllib3 and bytes, nothing else."""
 
     def __init__(self, credentials: Credentials, maxsize: int = CONCURRENCY) -> None:
-        context = ssl.create_default_context(cafile=credentials.ca_file)
+        context = ssl.create_default_context(cadata=credentials.ca_pem)
         if credentials.cert_file and credentials.key_file:
             context.load_cert_chain(credentials.cert_file, credentials.key_file)
         self.server = credentials.server

@@ -237,13 +237,16 @@ def slurm_key_path(layout: Layout) -> Path:
 
 def ensure_slurm_key(layout: Layout) -> Path:
     """auth/slurm's shared key, generated once: readable by its owner only (Slurm refuses a key
-    others may read), owned by root, the ground's SlurmUser."""
+    others may read), owned by SlurmUser, whose slurmctld and slurmdbd read it (root's daemons,
+    slurmd, read any file)."""
     key = slurm_key_path(layout)
     if not key.exists():
         key.parent.mkdir(parents=True, exist_ok=True)
         key.touch(mode=0o600)
         key.write_bytes(secrets.token_bytes(1024))
     key.chmod(0o600)
+    accounting.ensure_users()
+    accounting.chown_to(key, SLURM_USER)
     return key
 
 

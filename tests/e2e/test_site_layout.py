@@ -11,11 +11,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from proving_ground import bridge_install
 from proving_ground.accounting import ACCOUNT
 from proving_ground.bridge_daemon import SHARED_DIR
 from proving_ground.layout import BRIDGE_USER, JOB_USER, SLURM_USER
+
 from tests.cluster import bridge_pid, job_finished, wait_for
 from tests.conftest import ProvingGround, Use
 
