@@ -64,6 +64,24 @@ def sources_digest(root: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def build_wheel(root: Path, out: Path) -> Path:
+    """The wheel of the checkout at ``root``, built into ``out`` (which must exist)."""
+    with tempfile.TemporaryDirectory(prefix="skb-wheel-source-") as scratch:
+        source = Path(scratch)
+        # A copy, so that setuptools' build/ and egg-info never land in the checkout.
+        for relative in wheel_sources(root):
+            (source / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / relative, source / relative)
+        # The dev venv's setuptools builds it (no isolated build env: no download per build).
+        run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+             "--disable-pip-version-check", "--wheel-dir", str(out), str(source)],
+            timeout_s=300)  # fmt: skip
+    built = sorted(out.glob("slurm_k8s_bridge-*.whl"))
+    if len(built) != 1:
+        raise ProvingGroundError(f"pip wheel built {[w.name for w in built]}, not one wheel")
+    return built[0]
+
+
 def ensure_installed(layout: Layout) -> Path:
     """The bridge's venv holding the wheel of this checkout (built and installed when the
     sources changed since the last install); returns the venv."""
@@ -74,25 +92,14 @@ def ensure_installed(layout: Layout) -> Path:
         return venv
     print(f"    the bridge: wheel of this checkout into {venv} (sources {digest})", flush=True)
     with tempfile.TemporaryDirectory(prefix="skb-wheel-") as scratch:
-        source, wheels = Path(scratch) / "source", Path(scratch) / "wheels"
-        # A copy, so that setuptools' build/ and egg-info never land in the checkout.
-        for relative in wheel_sources(layout.root):
-            (source / relative).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(layout.root / relative, source / relative)
-        # The dev venv's setuptools builds it (no isolated build env: no download per build).
-        run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-             "--disable-pip-version-check", "--wheel-dir", str(wheels), str(source)],
-            timeout_s=300)  # fmt: skip
-        built = sorted(wheels.glob("slurm_k8s_bridge-*.whl"))
-        if len(built) != 1:
-            raise ProvingGroundError(f"pip wheel built {[w.name for w in built]}, not one wheel")
+        wheel = build_wheel(layout.root, Path(scratch))
         if not (venv / "bin" / "python").exists():
             shutil.rmtree(venv, ignore_errors=True)
             run([SYSTEM_PYTHON, "-m", "venv", str(venv)], timeout_s=120)
         pip = [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check"]
         # The package itself replaced even at the same version; then its dependencies (a no-op
         # when they are there; PyPI on the first install or when pyproject.toml changed them).
-        run([*pip, "--force-reinstall", "--no-deps", str(built[0])], timeout_s=300)
-        run([*pip, str(built[0])], timeout_s=900)
+        run([*pip, "--force-reinstall", "--no-deps", str(wheel)], timeout_s=300)
+        run([*pip, str(wheel)], timeout_s=900)
     stamp.write_text(digest + "\n")
     return venv

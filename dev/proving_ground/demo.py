@@ -15,7 +15,7 @@ from datetime import datetime
 
 from . import ground, kube
 from .bridge_daemon import SHARED_DIR, metrics_url
-from .layout import NAMESPACE, Layout
+from .layout import JOB_USER, NAMESPACE, Layout
 from .processes import ProvingGroundError, State
 from .slurm import SUSPEND_TIME, running_series, slurm_env
 
@@ -235,6 +235,12 @@ def _sbatch(
 ) -> int:
     out = subprocess.run(
         [
+            # As a user who exists only on this host, as a site's users submit (the job runs
+            # in its pod as that uid; the ground's site layout, docs/development.md).
+            "runuser",
+            "-u",
+            JOB_USER,
+            "--",
             "sbatch",
             "--parsable",
             "-p",
@@ -254,7 +260,7 @@ def _sbatch(
     ).stdout
     job = int(out.strip().split(";")[0])
     where = f" -w {nodelist}" if nodelist else ""
-    print(f"  sbatch -p {partition} -N{count}{where} --wrap '{command}'  -> job {job}")
+    print(f"  {JOB_USER}$ sbatch -p {partition} -N{count}{where} --wrap '{command}'  -> job {job}")
     return job
 
 
@@ -491,7 +497,9 @@ def _try_next(layout: Layout) -> None:
 ==> the proving ground stays up. Try:
   source {layout.local / "env"}
   sinfo                      # CLOUD nodes: idle~ powered down, # powering up, % powering down
-  sbatch -N2 -p cpu --chdir=/tmp --output={SHARED_DIR}/%j.out --wrap 'srun hostname'
+  runuser -u {JOB_USER} -- sbatch -N2 -p cpu --chdir=/tmp --output={SHARED_DIR}/%j.out \\
+      --wrap 'srun hostname'   # as a job user only this host knows
+  sacct -X                   # accounting: slurmdbd records every job with its user
   squeue; sinfo -R           # reasons the bridge writes start with 'k8s:'
   kubectl -n {NAMESPACE} get pods -l app.kubernetes.io/managed-by=slurm-k8s-bridge -o wide
   slurm-k8s-bridge status --socket unix:/run/slurm-k8s-bridge/bridge.sock

@@ -43,6 +43,7 @@ DAEMONS = (
     "mariadb",
     "slurmdbd",
     "slurmctld",
+    "slurmd-static",
     "bridge",
 )
 REQUIRED_COMMANDS = (
@@ -142,6 +143,7 @@ def _leave_series(layout: Layout, state: State, series: str, auth: str) -> None:
     new = f"{series}/{auth}"
     with Step(f"switching Slurm {old} -> {new}: bridge, slurmctld and slurmd pods stop"):
         stop_daemon(state, "bridge")
+        stop_daemon(state, "slurmd-static")
         stop_daemon(state, "slurmctld")
         if state.running("kube-apiserver"):
             from bridge.domain.pods import LABEL_MANAGED_BY, MANAGED_BY  # noqa: PLC0415
@@ -186,7 +188,7 @@ def up(layout: Layout, series: str | None = None, auth: str | None = None) -> No
         kube.start_kube_proxy(layout, state)
     with Step(f"simulated nodes: kwok x{len(KWOK_NODES)}"):
         kube.start_kwok(layout, state)
-    with Step(f"Slurm {series} ({auth}): munged, mariadb, slurmdbd, slurmctld"):
+    with Step(f"Slurm {series} ({auth}): munged, mariadb, slurmdbd, slurmctld, slurmd"):
         slurm.start_slurm(layout, state, series, auth)
     with Step("waiting for the real node to be Ready"):
         kube.wait_real_node(layout)
@@ -301,6 +303,7 @@ def down(layout: Layout) -> None:
         for name in reversed(DAEMONS):
             stop_daemon(state, name)
         _kill_our_shims(layout)
+        slurm.remove_static_cgroups()
         if (layout.kubernetes_bin / "kube-proxy").exists():
             # Removes the KUBE-* iptables chains kube-proxy made.
             run([str(layout.kubernetes_bin / "kube-proxy"), "--cleanup"], check=False)

@@ -4,6 +4,7 @@ authenticates with auth/slurm and a slurm.key of our own instead (munged still r
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -12,7 +13,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from . import accounting, slurm_series
+from . import accounting, bridge_install, slurm_series
 from .layout import (
     GROUND_RUN,
     HOST_IP,
@@ -56,6 +57,10 @@ def render_options(series: str) -> dict[str, Any]:
 
 
 STRAY_NODES = "stray-[0-1]"
+#: The site's own node: a slurmd on this host (of the ground's series), not the bridge's.
+STATIC_NODE = "static-0"
+#: Its slurmd's port (not 6818: a slurmd of this machine's own may listen there).
+STATIC_PORT = 6828
 #: ClusterName (dev/bridge.yaml's cluster_name says the same).
 CLUSTER = "provingground"
 
@@ -90,11 +95,14 @@ def controller_lines(
     auth: str = slurm_series.AUTH_MUNGE,
     slurm_user: str = "root",
     accounting_port: int | None = None,
+    cgroups: bool = False,
 ) -> list[str]:
     """The site part of a slurm.conf for a slurmctld of ours on this host (the ground's, and any
     other whole 22.05 cluster of ours such as dev/bench/chaos.py's): ``auth`` (munge on our own
     socket by default), state and logs where given, Slurm's simplest plugins; slurmctld drops to
-    ``slurm_user``, and with ``accounting_port`` records jobs in the slurmdbd listening there."""
+    ``slurm_user``, and with ``accounting_port`` records jobs in the slurmdbd listening there;
+    ``cgroups`` confines jobs as sites do (cgroup.conf: :func:`render_cgroup_conf`), else
+    Slurm's simplest plugins track them."""
     host = socket.gethostname().split(".")[0]
     accounting = (
         [
@@ -122,11 +130,27 @@ def controller_lines(
         f"SlurmctldPidFile={state_dir / 'state' / 'slurmctld.pid'}",
         f"SlurmctldLogFile={log_dir / 'slurmctld.log'}",
         "SlurmctldDebug=info",
-        "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
-        "JobAcctGatherType=jobacct_gather/none",
+        *(
+            [
+                "ProctrackType=proctrack/cgroup",
+                "TaskPlugin=task/cgroup,task/affinity",
+                "JobAcctGatherType=jobacct_gather/cgroup",
+            ]
+            if cgroups
+            else [
+                "ProctrackType=proctrack/linuxproc",
+                "TaskPlugin=task/none",
+                "JobAcctGatherType=jobacct_gather/none",
+            ]
+        ),
         "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_CPU",
+        # With cgroups, memory is a resource too (as sites run it): task/cgroup then limits each
+        # job to what it was given, --mem or DefMemPerCPU (small: the ground's nodes are).
+        *(
+            ["SelectTypeParameters=CR_CPU_Memory", "DefMemPerCPU=128"]
+            if cgroups
+            else ["SelectTypeParameters=CR_CPU"]
+        ),
         "MpiDefault=none",
         "KillWait=5",
         "MinJobAge=300",
@@ -135,17 +159,26 @@ def controller_lines(
     ]
 
 
+def fragment_path(layout: Layout) -> Path:
+    """The bridge's part of slurm.conf, Included at its end (the site guide's k8s-bridge.conf)."""
+    return layout.slurm_conf.parent / "k8s-bridge.conf"
+
+
 def render_slurm_conf(
     layout: Layout,
     series: str = slurm_series.HOST_SERIES,
     auth: str = slurm_series.AUTH_MUNGE,
 ) -> str:
-    """Site lines of our own, then the nodes, partitions and power saving the bridge renders
-    from the same configuration it runs with (so the two cannot disagree)."""
-    from bridge.config import load_config
-    from bridge.domain.slurm_conf import render_slurm_conf as render_bridge_lines
-
-    plugins = layout.root / "slurm_plugins"
+    """The site's own slurm.conf, as it exists before the bridge: its controller, accounting,
+    a static node that a real slurmd serves (:data:`STATIC_NODE`, not the bridge's), the stray
+    CLOUD nodes the tests use, and at its end the ``Include`` of the bridge's fragment
+    (:func:`render_fragment`)."""
+    options = render_options(series)
+    timing = {
+        "SuspendTime": options["suspend_time"],
+        "SuspendTimeout": options["suspend_timeout"],
+        "ResumeTimeout": options["resume_timeout"],
+    }
     lines = [
         *controller_lines(
             "# Written by the proving ground (dev/proving_ground/slurm.py); edits are lost.",
@@ -157,28 +190,96 @@ def render_slurm_conf(
             auth=auth,
             slurm_user=SLURM_USER,
             accounting_port=SLURMDBD_PORT,
+            cgroups=True,
         ),
         # Job users exist only on this host: slurmstepd answers the pods' NSS lookups for them
         # (the slurmd image carries libnss_slurm; deploy/images/slurmd/README.md).
         "LaunchParameters=enable_nss_slurm",
+        # The site's slurmd pid files: by node name, so a static node's slurmd on this host
+        # never takes /run/slurmd.pid from a slurmd of the machine's own.
+        "SlurmdPidFile=/var/spool/slurmd/slurmd-%n.pid",
+        # Power saving timed globally too (short, for tests and the demo); the static node is
+        # kept out of it, as a site keeps its own nodes.
+        *(f"{key}={value}" for key, value in timing.items()),
+        f"SuspendExcNodes={STATIC_NODE}",
+        f"NodeName={STATIC_NODE} NodeAddr=127.0.0.1 Port={STATIC_PORT} CPUs=1 RealMemory=512 "
+        "State=UNKNOWN",
+        f"PartitionName=static Nodes={STATIC_NODE} MaxTime=INFINITE State=UP",
         # CLOUD nodes no bridge pool owns: the bridge must refuse them, loudly (tests use them).
         f"NodeName={STRAY_NODES} CPUs=1 RealMemory=256 State=CLOUD",
         f"PartitionName=stray Nodes={STRAY_NODES} MaxTime=INFINITE State=UP",
         "",
+        "# The bridge's nodes, partitions and power saving: rendered by",
+        "# `slurm-k8s-bridge render-slurm-conf` (the site guide's command) from dev/bridge.yaml.",
+        # By name, no directory: only such an Include reaches configless slurmds (the pods).
+        f"Include {fragment_path(layout).name}",
     ]
-    config = load_config(str(bridge_config_path(layout)))
-    bridge_lines = render_bridge_lines(
-        config.pools,
-        resume_program=str(plugins / "resume"),
-        suspend_program=str(plugins / "suspend"),
-        resume_fail_program=str(plugins / "resume_fail"),
-        # Jobs start as soon as their pods' slurmd registered, not ~25 s later.
-        job_ready_program=str(plugins / "job_ready"),
-        default_partition=next(iter(config.pools.partitions())),
-        source=str(bridge_config_path(layout).relative_to(layout.root)),
-        **render_options(series),
+    return "\n".join(lines) + "\n"
+
+
+def cgroup_version() -> int:
+    """This host's cgroup version: 2 when /sys/fs/cgroup is the unified hierarchy."""
+    return 2 if Path("/sys/fs/cgroup/cgroup.controllers").exists() else 1
+
+
+def render_cgroup_conf(version: int) -> str:
+    """cgroup.conf beside slurm.conf: slurmctld serves it to the configless slurmds (the pods)
+    with slurm.conf. On v2 no systemd runs in a pod (deploy/images/slurmd/README.md)."""
+    plugin = ["CgroupPlugin=cgroup/v2", "IgnoreSystemd=yes"] if version == 2 else [
+        "CgroupPlugin=cgroup/v1"
+    ]  # fmt: skip
+    return "\n".join(
+        [
+            "# Written by the proving ground (dev/proving_ground/slurm.py); edits are lost.",
+            *plugin,
+            "ConstrainCores=yes",
+            "ConstrainRAMSpace=yes",
+            "",
+        ]
     )
-    return "\n".join(lines) + bridge_lines
+
+
+def cgroup_conf_path(layout: Layout) -> Path:
+    return layout.slurm_conf.parent / "cgroup.conf"
+
+
+def render_fragment_argv(layout: Layout, series: str, venv: Path) -> list[str]:
+    """The site guide's ``render-slurm-conf`` for the ground, as the installed bridge runs it:
+    the checkout's hooks, the job_ready PrologSlurmctld, the ground's short timers."""
+    from bridge.config import load_config
+
+    options = render_options(series)
+    plugins = layout.root / "slurm_plugins"
+    config = load_config(str(bridge_config_path(layout)), environ={})
+    argv = [
+        str(venv / "bin" / "slurm-k8s-bridge"), "render-slurm-conf",
+        "-c", str(bridge_config_path(layout)),
+        "--hooks-dir", str(plugins),
+        # Jobs start as soon as their pods' slurmd registered, not ~25 s later.
+        "--job-ready-prolog", "--job-ready-program", str(plugins / "job_ready"),
+        "--slurm-version", series,
+        "--slurmctld-parameters", ",".join(options["site_slurmctld_parameters"]),
+        "--suspend-time", str(options["suspend_time"]),
+        "--suspend-timeout", str(options["suspend_timeout"]),
+        "--resume-timeout", str(options["resume_timeout"]),
+        "--resume-rate", str(options["resume_rate"]),
+        "--suspend-rate", str(options["suspend_rate"]),
+        "--tree-width", str(options["tree_width"]),
+        "--return-to-service", str(options["return_to_service"]),
+        "--default-partition", next(iter(config.pools.partitions())),
+        "--config-overrides",
+    ]  # fmt: skip
+    if options["private_data_cloud"]:
+        argv.append("--private-data-cloud")
+    return argv
+
+
+def render_fragment(layout: Layout, series: str) -> str:
+    """The bridge's fragment, printed by the installed bridge's ``render-slurm-conf``."""
+    venv = bridge_install.ensure_installed(layout)
+    # Not the ground's SKB_* settings: only dev/bridge.yaml's pools matter to the render.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKB_")}
+    return run(render_fragment_argv(layout, series, venv), env=env, timeout_s=60).stdout
 
 
 def bridge_config_path(layout: Layout) -> Path:
@@ -301,6 +402,7 @@ def start_slurm(
     programs = slurm_series.programs(layout, series)
     fresh_accounting = switching_series(state, series, auth)
     if fresh_accounting:
+        stop_daemon(state, "slurmd-static")
         stop_daemon(state, "slurmctld")
         # slurmdbd of the old series or authentication goes too; its database follows below.
         stop_daemon(state, "slurmdbd")
@@ -313,6 +415,60 @@ def start_slurm(
     ensure_munge_key(layout)
     if auth == slurm_series.AUTH_SLURM:
         ensure_slurm_key(layout)
+    start_munged(layout, state)
+    (layout.slurm / "state").mkdir(parents=True, exist_ok=True)
+    # slurmctld and slurmdbd drop to SlurmUser: it writes their state and logs, and the hooks'
+    # log (they run as SlurmUser too).
+    accounting.ensure_users()
+    accounting.chown_to(layout.slurm / "state", SLURM_USER)
+    layout.logs.mkdir(parents=True, exist_ok=True)
+    for name in ("slurmctld.log", "hooks.log"):
+        (layout.logs / name).touch()
+        accounting.chown_to(layout.logs / name, SLURM_USER)
+    from bridge.config import load_config
+    from bridge.domain.hostlist import expand
+
+    pools = load_config(str(bridge_config_path(layout))).pools
+    ensure_hosts_entries([*pools.all_nodes(), *expand(STRAY_NODES)])
+    files = {
+        layout.slurm_conf: render_slurm_conf(layout, series, auth),
+        fragment_path(layout): render_fragment(layout, series),
+        cgroup_conf_path(layout): render_cgroup_conf(cgroup_version()),
+    }
+    if any(path.exists() and path.read_text() != text for path, text in files.items()):
+        # Power saving and node lines are read at start-up: restart rather than reconfigure.
+        stop_daemon(state, "slurmd-static")
+        stop_daemon(state, "slurmctld")
+    for path, text in files.items():
+        path.write_text(text)
+    # Accounting before slurmctld, as a site starts them; sacctmgr reads slurm.conf first.
+    env = slurm_env(layout)
+    accounting.start_mariadb(layout, state)
+    if fresh_accounting:
+        # A database a newer slurmdbd converted is refused by an older one: start from none.
+        accounting.drop_database()
+    accounting.start_slurmdbd(layout, state, programs, auth, env)
+    accounting.ensure_associations(programs, env, CLUSTER)
+    start_daemon(
+        state,
+        "slurmctld",
+        [*programs.slurmctld, "-D", "-f", str(layout.slurm_conf)],
+        log_dir=layout.logs,
+        env=env,
+    )
+    wait_until(
+        "slurmctld answering",
+        lambda: (
+            run([programs.client("scontrol"), "ping"], env=env, check=False).stdout.count("UP") > 0
+        ),
+        timeout_s=60,
+        log_path=layout.logs / "slurmctld.log",
+    )
+    start_static_node(layout, state, programs, env)
+
+
+def start_munged(layout: Layout, state: State) -> None:
+    """munged on our own socket with our own key (a site's munged, if any, is never touched)."""
     munge_dir = layout.local / "munge"
     os.makedirs(GROUND_RUN, mode=0o755, exist_ok=True)
     os.chmod(GROUND_RUN, 0o755)  # noqa: S103 (every user reaches munged: job users too)
@@ -338,45 +494,46 @@ def start_slurm(
         timeout_s=15,
         log_path=layout.logs / "munged.log",
     )
-    (layout.slurm / "state").mkdir(parents=True, exist_ok=True)
-    # slurmctld and slurmdbd drop to SlurmUser: it writes their state and logs, and the hooks'
-    # log (they run as SlurmUser too).
-    accounting.ensure_users()
-    accounting.chown_to(layout.slurm / "state", SLURM_USER)
-    layout.logs.mkdir(parents=True, exist_ok=True)
-    for name in ("slurmctld.log", "hooks.log"):
-        (layout.logs / name).touch()
-        accounting.chown_to(layout.logs / name, SLURM_USER)
-    from bridge.config import load_config
-    from bridge.domain.hostlist import expand
 
-    pools = load_config(str(bridge_config_path(layout))).pools
-    ensure_hosts_entries([*pools.all_nodes(), *expand(STRAY_NODES)])
-    text = render_slurm_conf(layout, series, auth)
-    if layout.slurm_conf.exists() and layout.slurm_conf.read_text() != text:
-        # Power saving and node lines are read at start-up: restart rather than reconfigure.
-        stop_daemon(state, "slurmctld")
-    layout.slurm_conf.write_text(text)
-    # Accounting before slurmctld, as a site starts them; sacctmgr reads slurm.conf first.
-    env = slurm_env(layout)
-    accounting.start_mariadb(layout, state)
-    if fresh_accounting:
-        # A database a newer slurmdbd converted is refused by an older one: start from none.
-        accounting.drop_database()
-    accounting.start_slurmdbd(layout, state, programs, auth, env)
-    accounting.ensure_associations(programs, env, CLUSTER)
+
+def remove_static_cgroups() -> list[str]:
+    """The cgroups the static node's slurmd made on this host (``slurm_<node>`` under each
+    controller: Debian builds Slurm with multiple slurmds per host), emptied ones only, deepest
+    first; returns what was removed. ``make down`` calls it once slurmd has stopped."""
+    removed = []
+    for top in Path("/sys/fs/cgroup").glob(f"*/slurm_{STATIC_NODE}"):
+        for directory in sorted(
+            (p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True
+        ):
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        with contextlib.suppress(OSError):
+            top.rmdir()
+            removed.append(str(top))
+    return removed
+
+
+def start_static_node(
+    layout: Layout, state: State, programs: slurm_series.SlurmPrograms, env: dict[str, str]
+) -> None:
+    """The site's static node: slurmd of the ground's series on this host (as root, as slurmd
+    runs), registered with slurmctld before the bridge starts."""
     start_daemon(
         state,
-        "slurmctld",
-        [*programs.slurmctld, "-D", "-f", str(layout.slurm_conf)],
+        "slurmd-static",
+        [*programs.slurmd, "-D", "-N", STATIC_NODE, "-f", str(layout.slurm_conf)],
         log_dir=layout.logs,
         env=env,
     )
+    scontrol = programs.client("scontrol")
+
+    def registered() -> bool:
+        shown = run([scontrol, "show", "node", STATIC_NODE], env=env, check=False).stdout
+        return "State=IDLE" in shown or "State=MIXED" in shown or "State=ALLOCATED" in shown
+
     wait_until(
-        "slurmctld answering",
-        lambda: (
-            run([programs.client("scontrol"), "ping"], env=env, check=False).stdout.count("UP") > 0
-        ),
+        f"static node {STATIC_NODE} registered",
+        registered,
         timeout_s=60,
-        log_path=layout.logs / "slurmctld.log",
+        log_path=layout.logs / "slurmd-static.log",
     )

@@ -147,6 +147,7 @@ class SlurmPrograms:
     bin_dir: Path  # scontrol, sinfo ... (the host's /usr/bin for 22.05, else our wrappers)
     slurmctld: tuple[str, ...]  # argv prefix that starts slurmctld
     slurmdbd: tuple[str, ...]  # argv prefix that starts slurmdbd
+    slurmd: tuple[str, ...]  # argv prefix that starts slurmd (the site's static node)
 
     @property
     def on_host(self) -> bool:
@@ -161,7 +162,11 @@ def programs(layout: Layout, series: str) -> SlurmPrograms:
     exist: :func:`ensure_rootfs`)."""
     if series == HOST_SERIES:
         return SlurmPrograms(
-            series, Path("/usr/bin"), ("/usr/sbin/slurmctld",), ("/usr/sbin/slurmdbd",)
+            series,
+            Path("/usr/bin"),
+            ("/usr/sbin/slurmctld",),
+            ("/usr/sbin/slurmdbd",),
+            ("/usr/sbin/slurmd",),
         )
     root = reachable_root(layout.cache, series)
     bin_dir = layout.slurm / "bin"
@@ -175,7 +180,11 @@ def programs(layout: Layout, series: str) -> SlurmPrograms:
             f'ground).\nexec {shlex.quote(str(enter))} /usr/bin/{name} "$@"\n',
         )
     return SlurmPrograms(
-        series, bin_dir, (str(enter), "/usr/sbin/slurmctld"), (str(enter), "/usr/sbin/slurmdbd")
+        series,
+        bin_dir,
+        (str(enter), "/usr/sbin/slurmctld"),
+        (str(enter), "/usr/sbin/slurmdbd"),
+        (str(enter), "/usr/sbin/slurmd"),
     )
 
 
@@ -208,6 +217,14 @@ def bind_root(cache: Path, series: str) -> Path:
     return target
 
 
+#: chroot, then back to the caller's directory when the root has it (the checkout, /tmp, the
+#: shared directory): chroot alone starts in /, and sbatch records its directory as the job's
+#: (a job submitted from the shared directory then ran in / and could not write its output).
+_CHROOT = (
+    'exec /usr/sbin/chroot "$r" /bin/sh -c \'cd "$0" 2>/dev/null || cd /; exec "$@"\' "$PWD" "$@"'
+)
+
+
 def _enter_script(layout: Layout, root: Path, series: str) -> str:
     cached = rootfs(layout.cache, series)
     binds = [str(layout.root), *_SHARED_DIRS]
@@ -217,6 +234,7 @@ def _enter_script(layout: Layout, root: Path, series: str) -> str:
     for path in _SHARED_FILES:  # minbase has no /etc/hosts; a file bind needs one to cover
         (cached / path.lstrip("/")).touch()
     (cached / "run" / "slurm").mkdir(parents=True, exist_ok=True)
+    (cached / "sys").mkdir(exist_ok=True)
 
     # A directory the caller cannot read (the bridge's socket directory, for a job user) is
     # not bound: "|| true" for directories, not for the files every program needs.
@@ -227,9 +245,10 @@ def _enter_script(layout: Layout, root: Path, series: str) -> str:
         ]
 
     file_binds = [f'mount --bind {p} "$r"{p}' for p in _SHARED_FILES]
+    # /sys for root's daemons: the site's static slurmd makes its jobs' cgroups there.
     root_mounts = " && ".join(
-        ['mount -t proc proc "$r/proc"', *dir_binds("--bind"), *file_binds,
-         'exec /usr/sbin/chroot "$r" "$@"']
+        ['mount -t proc proc "$r/proc"', 'mount --rbind /sys "$r/sys"', *dir_binds("--bind"),
+         *file_binds, _CHROOT]
     )  # fmt: skip
     # Not root (the bridge's user, a job user): a user namespace that maps the caller to
     # itself (Slurm sees the same uid through munge) and keeps the namespace's capabilities
@@ -238,7 +257,7 @@ def _enter_script(layout: Layout, root: Path, series: str) -> str:
     # with mounts below it, e.g. the checkout's kubelet volumes: it would uncover them).
     user_mounts = " && ".join(
         ['mount --rbind /proc "$r/proc"', *dir_binds("--rbind"), *file_binds,
-         'exec /usr/sbin/chroot "$r" "$@"']
+         _CHROOT]
     )  # fmt: skip
     quoted_root = shlex.quote(str(root))
     return (

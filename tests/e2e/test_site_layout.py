@@ -1,7 +1,8 @@
 """The proving ground runs the layout the site guide documents (issue 28 item 1): slurmctld as a
 non-root SlurmUser with slurmdbd accounting, the bridge installed from the wheel and started from
-the shipped unit as its own user with AdminLevel=Admin, and a job of a user known only to this
-host runs on a slurmd pod as that user and is accounted to that user."""
+the shipped unit as its own user with AdminLevel=Admin, the site's slurm.conf with a static node
+a real slurmd serves and the bridge's fragment by Include, jobs confined by cgroups, and a job of
+a user known only to this host runs on a slurmd pod as that user and is accounted to that user."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from proving_ground import bridge_install
 from proving_ground.accounting import ACCOUNT
 from proving_ground.bridge_daemon import SHARED_DIR
 from proving_ground.layout import BRIDGE_USER, JOB_USER, SLURM_USER
+from proving_ground.slurm import STATIC_NODE, fragment_path
 
 from tests.cluster import bridge_pid, job_finished, wait_for
 from tests.conftest import ProvingGround, Use
@@ -39,6 +41,44 @@ def test_slurmctld_runs_as_a_non_root_slurm_user_with_slurmdbd_accounting(
     assert config["AccountingStorageType"] == "accounting_storage/slurmdbd"
     clusters = proving_ground.slurm("sacctmgr", "-n", "-P", "show", "cluster", "format=cluster")
     assert config["ClusterName"] in clusters.split(), clusters
+
+
+def test_the_site_slurm_conf_includes_the_rendered_fragment_and_serves_a_static_node(
+    proving_ground: ProvingGround,
+) -> None:
+    pg = proving_ground
+    site = pg.layout.slurm_conf.read_text().splitlines()
+    assert site[-1] == f"Include {fragment_path(pg.layout).name}", site[-3:]
+    fragment = fragment_path(pg.layout).read_text()
+    assert "render-slurm-conf" in fragment.splitlines()[0] or "slurm-k8s-bridge" in fragment
+    assert "NodeName=cpu-[0-15]" in fragment, fragment
+    node = pg.slurm("scontrol", "show", "node", STATIC_NODE)
+    assert "State=IDLE" in node and "CLOUD" not in node, node
+    config = _config(pg)
+    assert config["ProctrackType"] == "proctrack/cgroup"
+    assert config["TaskPlugin"].startswith("task/cgroup"), config["TaskPlugin"]
+
+
+def _submit_as_job_user(pg: ProvingGround, *args: str) -> int:
+    submitted = subprocess.run(
+        ["runuser", "-u", JOB_USER, "--", "sbatch", "--parsable", *args],
+        env=pg.env, capture_output=True, text=True, timeout=60, check=False, cwd="/tmp",
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    return int(submitted.stdout.strip().split(";")[0])
+
+
+def test_a_job_user_s_job_runs_on_the_static_node_too(proving_ground: ProvingGround) -> None:
+    pg = proving_ground
+    out = SHARED_DIR / f"site-static-{os.getpid()}.out"
+    out.unlink(missing_ok=True)
+    job = _submit_as_job_user(
+        pg, "-p", "static", "-N1", f"--output={out}", "--chdir=/tmp", "--wrap", "id -u; hostname"
+    )
+    assert wait_for(f"job {job} to finish", lambda: job_finished(pg, job), 120, every=1) == (
+        "COMPLETED"
+    )
+    assert out.read_text().split()[0] == str(pwd.getpwnam(JOB_USER).pw_uid), out.read_text()
 
 
 def test_the_bridge_runs_as_its_own_user_from_the_wheel_with_admin_rights(
@@ -75,15 +115,15 @@ def test_a_job_of_a_user_only_this_host_knows_runs_as_that_user_and_is_accounted
     script = (
         'echo "uid=$(id -u) job_user=$SLURM_JOB_USER host=$(hostname)"; '
         'echo "name=$(id -un 2>/dev/null)"; '
-        "cat /usr/local/share/slurm-k8s-bridge/nss-slurm.txt 2>/dev/null || echo nss: unknown"
+        "cat /usr/local/share/slurm-k8s-bridge/nss-slurm.txt 2>/dev/null || echo nss: unknown; "
+        # Confined as sites confine: the job's own memory cgroup, limited to its --mem.
+        "cg=$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup); echo \"cgroup=$cg\"; "
+        'echo "limit=$(cat "/sys/fs/cgroup/memory${cg%%/step_*}/memory.limit_in_bytes")"'
     )
-    submitted = subprocess.run(
-        ["runuser", "-u", JOB_USER, "--", "sbatch", "--parsable", "-p", "cpu", "-N1", "-w", NODE,
-         f"--output={out}", "--chdir=/tmp", "--wrap", script],
-        env=pg.env, capture_output=True, text=True, timeout=60, check=False, cwd="/tmp",
+    job = _submit_as_job_user(
+        pg, "-p", "cpu", "-N1", "-w", NODE, "--mem=100M", f"--output={out}", "--chdir=/tmp",
+        "--wrap", script,
     )  # fmt: skip
-    assert submitted.returncode == 0, submitted.stderr
-    job = int(submitted.stdout.strip().split(";")[0])
     assert wait_for(f"job {job} to finish", lambda: job_finished(pg, job), 240, every=1) == (
         "COMPLETED"
     )
@@ -91,6 +131,10 @@ def test_a_job_of_a_user_only_this_host_knows_runs_as_that_user_and_is_accounted
     lines = out.read_text().splitlines()
     assert lines[0] == f"uid={alice.pw_uid} job_user={JOB_USER} host={NODE}", lines
     nss = lines[2]
+    cgroup = lines[3].removeprefix("cgroup=")
+    # slurmd's own cgroup namespace (the entrypoint's unshare): the path starts at its slurm_<node>.
+    assert cgroup.startswith(f"/slurm_{NODE}/uid_{alice.pw_uid}/job_{job}/step_batch"), lines
+    assert lines[4] == f"limit={100 * 1024 * 1024}", lines
     if nss.startswith("present"):
         # nss_slurm in the image: the name resolves inside the pod.
         assert lines[1] == f"name={JOB_USER}", lines

@@ -43,7 +43,18 @@ else
   set -- --conf-server "$SLURM_CONF_SERVER"
   source="conf-server=$SLURM_CONF_SERVER"
 fi
-echo "slurmd-entrypoint: node=$SLURM_NODENAME $source $auth" >&2
+# Job confinement (proctrack/cgroup, task/cgroup) on a cgroup v1 host: a privileged container
+# gets read-write binds of its own cgroup at /sys/fs/cgroup/<controller>, but stays in the
+# host's cgroup namespace, so /proc/<pid>/cgroup names host paths that do not exist in here
+# (slurmd cannot find a pid's job: `scontrol pidinfo`, stepd's pid lookups). A cgroup namespace
+# of slurmd's own makes the two agree. Not on cgroup v2, whose plugin checks the mounts against
+# the namespace (see README.md); SLURMD_CGROUPNS=no turns it off.
+cgroupns=
+if [ "${SLURMD_CGROUPNS:-auto}" != no ] && [ "$(stat -fc %T /sys/fs/cgroup 2>/dev/null)" = tmpfs ] \
+    && unshare --cgroup true 2>/dev/null; then
+  cgroupns="unshare --cgroup --"
+fi
+echo "slurmd-entrypoint: node=$SLURM_NODENAME $source $auth${cgroupns:+ cgroupns=own}" >&2
 # -b: report a fresh boot, else slurmctld waits for a "reboot" of a powered-up cloud node.
-# shellcheck disable=SC2086  # SLURMD_EXTRA_ARGS is a word list on purpose
-exec /usr/sbin/slurmd -D -b -N "$SLURM_NODENAME" "$@" ${SLURMD_EXTRA_ARGS:-}
+# shellcheck disable=SC2086  # SLURMD_EXTRA_ARGS is a word list on purpose; cgroupns a prefix
+exec $cgroupns /usr/sbin/slurmd -D -b -N "$SLURM_NODENAME" "$@" ${SLURMD_EXTRA_ARGS:-}
