@@ -417,14 +417,7 @@ def start_slurm(
         ensure_slurm_key(layout)
     start_munged(layout, state)
     (layout.slurm / "state").mkdir(parents=True, exist_ok=True)
-    # slurmctld and slurmdbd drop to SlurmUser: it writes their state and logs, and the hooks'
-    # log (they run as SlurmUser too).
-    accounting.ensure_users()
-    accounting.chown_to(layout.slurm / "state", SLURM_USER)
-    layout.logs.mkdir(parents=True, exist_ok=True)
-    for name in ("slurmctld.log", "hooks.log"):
-        (layout.logs / name).touch()
-        accounting.chown_to(layout.logs / name, SLURM_USER)
+    _slurm_user_owns(layout, programs)
     from bridge.config import load_config
     from bridge.domain.hostlist import expand
 
@@ -465,6 +458,25 @@ def start_slurm(
         log_path=layout.logs / "slurmctld.log",
     )
     start_static_node(layout, state, programs, env)
+
+
+def _slurm_user_owns(layout: Layout, programs: slurm_series.SlurmPrograms) -> None:
+    """slurmctld and slurmdbd drop to SlurmUser: it writes their state and logs, and the hooks'
+    log (they run as SlurmUser too)."""
+    accounting.ensure_users()
+    accounting.chown_to(layout.slurm / "state", SLURM_USER)
+    if not programs.on_host:
+        # With auth/slurm, slurmctld and slurmdbd make their sack sockets' directories in the
+        # root's /run once they run as SlurmUser (seen: "_prepare_run_dir: failed to create
+        # /run/slurmdbd"): made here, SlurmUser's, as a site's packages or tmpfiles do.
+        for daemon in ("slurmctld", "slurmdbd"):
+            run_dir = slurm_series.rootfs(layout.cache, programs.series) / "run" / daemon
+            run_dir.mkdir(parents=True, exist_ok=True)
+            accounting.chown_to(run_dir, SLURM_USER)
+    layout.logs.mkdir(parents=True, exist_ok=True)
+    for name in ("slurmctld.log", "hooks.log"):
+        (layout.logs / name).touch()
+        accounting.chown_to(layout.logs / name, SLURM_USER)
 
 
 def start_munged(layout: Layout, state: State) -> None:

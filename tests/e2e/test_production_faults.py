@@ -174,6 +174,9 @@ def _slow_slurm_bin(directory: Path, real: Path, delay_s: float) -> Path:
     """Wrappers around the ground's clients (``real``: the host's or the series' root) that
     sleep first and note each call in ``calls``."""
     directory.mkdir(parents=True, exist_ok=True)
+    # The bridge runs as its own user: the wrappers it runs must be able to append here.
+    (directory / "calls").touch()
+    (directory / "calls").chmod(0o666)
     for command in ("scontrol", "sinfo", "squeue"):
         wrapper = directory / command
         wrapper.write_text(

@@ -35,6 +35,9 @@ def _stale_listing_bin(directory: Path, real: Path) -> Path:
     """The ground's clients, but ``scontrol show nodes --json`` (a full listing, no hostlist)
     prints its answer ``STALE_S`` after it read it, and notes each such start in ``started``."""
     directory.mkdir(parents=True, exist_ok=True)
+    # The bridge runs as its own user: the wrapper it runs must be able to append here.
+    (directory / "started").touch()
+    (directory / "started").chmod(0o666)
     for command in ("sinfo", "squeue"):
         (directory / command).symlink_to(real / command)
     scontrol = directory / "scontrol"
