@@ -595,13 +595,18 @@ class Ground:
         tmp = tempfile.mkdtemp(prefix="skb-bench-scale-")
         kubeconfig = bridge_kubeconfig(layout)
         admin_kubeconfig = layout.local / "kubeconfig"
+        # The clients first: a failure there must not leave the second bridge running (seen: a
+        # kubeconfig the reader did not understand left it serving for hours).
+        lean = LeanApi(read_kubeconfig(kubeconfig))
+        admin = LeanApi(read_kubeconfig(admin_kubeconfig))
+        core = official_core(kubeconfig)
         bridge = BenchBridge(Path(tmp), kubeconfig, layout.slurm_conf)
         found = cls(
             bridge_kubeconfig=kubeconfig,
             admin_kubeconfig=admin_kubeconfig,
-            lean=LeanApi(read_kubeconfig(kubeconfig)),
-            admin=LeanApi(read_kubeconfig(admin_kubeconfig)),
-            core=official_core(kubeconfig),
+            lean=lean,
+            admin=admin,
+            core=core,
             bridge=bridge,
         )
         try:
