@@ -1,17 +1,22 @@
-"""The bridge's own image, ``localhost/slurm-k8s-bridge/bridge:dev``: slurmctld, munge, Slurm's
-clients, Python 3.11 and this package, for the in-cluster and compose deployments.
+"""The bridge's own image, ``localhost/slurm-k8s-bridge/bridge:dev``: slurmctld, munge and Slurm's
+clients of the ground's default series (Debian's packages of its suite), and this package in a
+venv, for the in-cluster and compose deployments; laid out as deploy/images/bridge/Containerfile
+lays out what a site builds (``/opt/slurm-k8s-bridge/venv``, the ``slurm-k8s-bridge`` user,
+SlurmUser's directories).
 
-No network inside the image build: the host builds wheels of the package and its dependencies
-(PyPI is reachable from the host), and bookworm's own pip installs them offline in a chroot, so
-the console script's shebang and the site directory are the image's (``/usr/bin/python3``,
-``/usr/local/lib/python3.11/dist-packages``). Rebuilt only when the recipe, the package or the
-hooks change; the archive is cached next to the other images and serves containerd and podman.
+No network inside the image build: the host builds the package's wheel and fetches its
+dependencies' wheels for the image's own Python (``pip download --python-version``: the suite's
+Python is not the host's), and the image's venv installs them offline in a chroot. Rebuilt only
+when the recipe, the package or the hooks change; the archive is cached next to the other images
+and serves containerd and podman.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import re
 import shutil
 import sys
 import tempfile
@@ -24,19 +29,41 @@ from .images import (
     bridge_version,
     debootstrap,
     drop_apt_caches,
+    host_arch,
+    suite_for,
 )
 from .layout import Layout, repo_root
 from .processes import ProvingGroundError, run
+from .slurm_series import DEFAULT_SERIES
 
 log = logging.getLogger(__name__)
 
 BRIDGE_IMAGE = "localhost/slurm-k8s-bridge/bridge"
 BRIDGE_IMAGE_DEV = f"{BRIDGE_IMAGE}:dev"
-#: The Slurm series of the image's slurmctld and clients (Debian bookworm's): the compose
-#: setup's slurmd pods run this series' slurmd image (``slurmd:22.05``), whatever the ground runs.
-SLURM_SERIES = "22.05"
+#: The Slurm series of the image's slurmctld and clients: the ground's default, so the compose
+#: and in-cluster setups' slurmd pods run the slurmd image the rest of the ground runs.
+SLURM_SERIES = DEFAULT_SERIES
 #: Where the hooks live in the image; slurm.conf's ResumeProgram and friends point here.
 PLUGINS_IN_IMAGE = "opt/slurm-k8s-bridge/slurm_plugins"
+#: The bridge's venv in the image (the Containerfile's), its console scripts linked into
+#: /usr/local/bin.
+VENV_IN_IMAGE = "opt/slurm-k8s-bridge/venv"
+#: The manylinux tags of binary wheels the image's Python takes (glibc 2.5 up to 2.36).
+_MANYLINUX_TAGS = (
+    "manylinux1",
+    "manylinux_2_5",
+    "manylinux2014",
+    "manylinux_2_17",
+    "manylinux_2_24",
+    "manylinux_2_27",
+    "manylinux_2_28",
+    "manylinux_2_31",
+    "manylinux_2_34",
+    "manylinux_2_36",
+)
+#: Debian's static uid of SlurmUser ``slurm`` (the slurm packages' base-passwd entry): the
+#: in-cluster overlay's runAsUser/fsGroup.
+SLURM_UID = 64030
 #: Machine-local files that must not reach the image (nor change its digest).
 _LOCAL_ONLY = {"hooks.env"}
 
@@ -62,7 +89,11 @@ def bridge_recipe() -> ImageRecipe:
     """Packages, entrypoint, hooks settings, and every file that goes into the wheel."""
     recipe_dir = _recipe_dir()
     own = tuple(recipe_dir / name for name in ("packages.txt", "entrypoint.sh", "hooks.env"))
-    return ImageRecipe(BRIDGE_IMAGE, (*own, *_package_files(repo_root())), "bookworm")
+    return ImageRecipe(
+        BRIDGE_IMAGE,
+        (*own, *_package_files(repo_root())),
+        f"slurm={SLURM_SERIES} suite={suite_for(SLURM_SERIES)} venv",
+    )
 
 
 def archive_path(layout: Layout, digest: str | None = None) -> Path:
@@ -70,8 +101,9 @@ def archive_path(layout: Layout, digest: str | None = None) -> Path:
     return layout.images / f"bridge-{digest or bridge_recipe().digest()}.tar"
 
 
-def _build_wheels(out: Path, scratch: Path) -> None:
-    """Wheels of the package and all its dependencies, built on the host (which has PyPI)."""
+def _build_wheels(out: Path, scratch: Path, python_version: str) -> None:
+    """The package's wheel, built on the host, and its dependencies' wheels for the image's
+    CPython ``python_version`` (``3.13``), fetched on the host (which has PyPI)."""
     source = scratch / "source"
     source.mkdir()
     root = repo_root()
@@ -82,31 +114,59 @@ def _build_wheels(out: Path, scratch: Path) -> None:
     shutil.copytree(
         root / "bridge", source / "bridge", ignore=shutil.ignore_patterns("__pycache__")
     )
+    pip = [sys.executable, "-m", "pip"]
+    run([*pip, "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(source)])
+    (wheel,) = out.glob("slurm_k8s_bridge-*.whl")
+    # With --platform pip takes exactly the tags given (no older glibc's): the manylinux
+    # generations that wheels carry, all older than any suite's glibc here.
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(host_arch(), host_arch())
+    platforms = [arg for tag in _MANYLINUX_TAGS for arg in ("--platform", f"{tag}_{machine}")]
     run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(out), str(source)],
+        [
+            *pip,
+            "download",
+            "--quiet",
+            "--dest",
+            str(out),
+            "--only-binary=:all:",
+            "--python-version",
+            python_version,
+            "--implementation",
+            "cp",
+            *platforms,
+            str(wheel),
+        ],
         timeout_s=900,
     )
 
 
+def _image_python_version(root: Path) -> str:
+    """``3.13``: the Python of the debootstrapped root (its suite's, not the host's)."""
+    printed = run(
+        ["chroot", str(root), "/usr/bin/python3", "-c", "import sys; print(*sys.version_info[:2])"]
+    ).stdout.split()
+    return ".".join(printed)
+
+
 def _install_offline(root: Path, wheels: Path) -> None:
+    """The Containerfile's venv: ``python3 -m venv``, the wheels installed with no index, the
+    console scripts linked into /usr/local/bin."""
     # A path inside the image's root being built, not the host's /tmp.
     inside = root / "tmp" / "wheels"
     shutil.copytree(wheels, inside)
+    venv = f"/{VENV_IN_IMAGE}"
     try:
+        run(["chroot", str(root), "/usr/bin/python3", "-m", "venv", venv], timeout_s=300)
         run(
             [
                 "chroot",
                 str(root),
-                "/usr/bin/python3",
-                "-m",
-                "pip",
+                f"{venv}/bin/pip",
                 "install",
                 "--no-index",
                 "--find-links",
-                "/tmp/wheels",  # noqa: S108
+                "/tmp/wheels",  # noqa: S108 (inside the image's root)
                 "--no-cache-dir",
-                "--break-system-packages",
-                "--root-user-action=ignore",
                 "--disable-pip-version-check",
                 "slurm-k8s-bridge",
             ],
@@ -114,8 +174,45 @@ def _install_offline(root: Path, wheels: Path) -> None:
         )
     finally:
         shutil.rmtree(inside, ignore_errors=True)
-    if not (root / "usr/local/bin/slurm-k8s-bridge").exists():
-        raise ProvingGroundError("pip left no /usr/local/bin/slurm-k8s-bridge in the image")
+    scripts = sorted((root / VENV_IN_IMAGE / "bin").glob("slurm-k8s-bridge*"))
+    if not scripts:
+        raise ProvingGroundError(f"pip left no slurm-k8s-bridge in /{VENV_IN_IMAGE}/bin")
+    for script in scripts:
+        (root / "usr/local/bin" / script.name).symlink_to(f"{venv}/bin/{script.name}")
+
+
+def _add_users_and_directories(root: Path) -> None:
+    """What the Containerfile's RUN makes: the bridge's user (SlurmUser's group ``slurm`` its
+    primary group) and the directories SlurmUser and the bridge write."""
+    run(
+        [
+            "chroot",
+            str(root),
+            "useradd",
+            "--system",
+            "--gid",
+            "slurm",
+            "--home-dir",
+            "/nonexistent",
+            "--no-create-home",
+            "--shell",
+            "/usr/sbin/nologin",
+            "--comment",
+            "slurm-k8s-bridge service",
+            "slurm-k8s-bridge",
+        ]
+    )
+    owned = {
+        "var/spool/slurmctld": "slurm:slurm",
+        "var/log/slurm": "slurm:slurm",
+        "run/slurm": "slurm:slurm",
+        "run/slurm-k8s-bridge": "slurm-k8s-bridge:slurm",
+        "etc/slurm": "slurm-k8s-bridge:slurm",
+        "etc/slurm-k8s-bridge": "root:root",
+    }
+    for directory, owner in owned.items():
+        (root / directory).mkdir(parents=True, exist_ok=True)
+        run(["chroot", str(root), "chown", owner, f"/{directory}"])
 
 
 def _copy_plugins(root: Path) -> None:
@@ -124,26 +221,30 @@ def _copy_plugins(root: Path) -> None:
     for path in (repo_root() / "slurm_plugins").iterdir():
         if path.is_file() and path.name not in _LOCAL_ONLY:
             shutil.copy2(path, target / path.name)
-    shutil.copy(_recipe_dir() / "hooks.env", target / "hooks.env")
+    # The hooks run the venv's Python (it has grpc), as the Containerfile's sed sets.
+    hooks_env = (_recipe_dir() / "hooks.env").read_text()
+    python = f"SKB_PYTHON=/{VENV_IN_IMAGE}/bin/python"
+    (target / "hooks.env").write_text(re.sub(r"(?m)^SKB_PYTHON=.*$", python, hooks_env))
+    for path in target.iterdir():
+        # slurmctld refuses a group- or world-writable program; hook.sh is sourced.
+        executable = path.name not in {"hook.sh", "job_ready.sh", "hooks.env"} and os.access(
+            path, os.X_OK
+        )
+        path.chmod(0o755 if executable else 0o644)
 
 
 def _build_bridge_archive(layout: Layout, reference: str, out: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="skb-bridge-", dir=layout.images) as tmp:
         scratch = Path(tmp)
         wheels = scratch / "wheels"
-        log.info("building wheels of the bridge and its dependencies")
-        _build_wheels(wheels, scratch)
         root = scratch / "root"
-        debootstrap(root, _recipe_dir() / "packages.txt")
+        debootstrap(root, _recipe_dir() / "packages.txt", suite_for(SLURM_SERIES))
+        python_version = _image_python_version(root)
+        log.info("building wheels of the bridge and its dependencies for Python %s", python_version)
+        _build_wheels(wheels, scratch, python_version)
         _install_offline(root, wheels)
         drop_apt_caches(root)
-        for directory in (
-            "var/spool/slurmctld",
-            "var/log/slurm",
-            "run/slurm-k8s-bridge",
-            "etc/slurm-k8s-bridge",
-        ):
-            (root / directory).mkdir(parents=True, exist_ok=True)
+        _add_users_and_directories(root)
         _copy_plugins(root)
         entry = root / "usr/local/bin/skb-entrypoint"
         shutil.copy(_recipe_dir() / "entrypoint.sh", entry)

@@ -167,6 +167,11 @@ def up(layout: Layout, series: str | None = None, auth: str | None = None) -> No
     state = State(layout)
     if slurm.switching_series(state, series, auth) and state.running("slurmctld"):
         _leave_series(layout, state, series, auth)
+    if pki.ca_outdated(layout.pki) and state.running("kube-apiserver"):
+        # Every daemon holds certificates of the old CA: a new PKI needs a fresh start.
+        log.warning("the cluster CA is replaced (no keyUsage): stopping the ground first")
+        down(layout)
+        state = State(layout)
     if "netns_before" not in state.data:
         state.data["netns_before"] = sorted(_netns())
         state.save()

@@ -2,6 +2,10 @@
 
 One CA signs the API server's serving certificate and a client certificate per component;
 the service-account key pair signs tokens. Made once per `.local/` and reused by later `up`s.
+
+The certificates carry the extensions a strict verifier wants (Python 3.13+ verifies with
+VERIFY_X509_STRICT: a CA without keyUsage is refused, "CA cert does not include key usage
+extension"), as kubeadm's do; a CA made before that is replaced, with everything it signed.
 """
 
 from __future__ import annotations
@@ -13,6 +17,14 @@ from .layout import HOST_IP, KUBERNETES_SERVICE_IP, REAL_NODE
 from .processes import run
 
 log = logging.getLogger(__name__)
+
+#: What every certificate the CA issues carries besides its own extended key usage.
+_LEAF_EXTENSIONS = (
+    "basicConstraints=critical,CA:FALSE\n"
+    "keyUsage=critical,digitalSignature,keyEncipherment\n"
+    "subjectKeyIdentifier=hash\n"
+    "authorityKeyIdentifier=keyid,issuer\n"
+)
 
 #: name → (common name, organisation); organisations map to RBAC groups.
 CLIENTS = {
@@ -35,7 +47,7 @@ def _issue(pki: Path, name: str, subject: str, extensions: str) -> None:
     run(["openssl", "genrsa", "-out", str(key), "2048"])
     key.chmod(0o600)
     run(["openssl", "req", "-new", "-key", str(key), "-subj", subject, "-out", str(csr)])
-    ext.write_text(extensions)
+    ext.write_text(_LEAF_EXTENSIONS + extensions)
     run(
         [
             "openssl",
@@ -65,6 +77,15 @@ def ensure_pki(pki: Path) -> None:
     """Create whatever certificate or key is missing under ``pki``."""
     pki.mkdir(parents=True, exist_ok=True)
     pki.chmod(0o700)
+    if ca_outdated(pki):
+        log.warning(
+            "the cluster CA in %s has no keyUsage (strict verifiers such as Python 3.13+ refuse "
+            "it): making a new CA and reissuing every certificate it signed",
+            pki,
+        )
+        for old in [*pki.glob("*.crt"), *pki.glob("*.key"), *pki.glob("*.srl")]:
+            if not old.name.startswith("sa."):
+                old.unlink()
     if not (pki / "ca.crt").exists():
         log.info("creating the cluster CA in %s", pki)
         run(
@@ -83,6 +104,10 @@ def ensure_pki(pki: Path) -> None:
                 str(pki / "ca.crt"),
                 "-subj",
                 "/CN=slurm-k8s-bridge-proving-ground-ca",
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,digitalSignature,keyEncipherment,keyCertSign",
             ]
         )
     if not (pki / "apiserver.crt").exists():
@@ -118,6 +143,17 @@ def ensure_pki(pki: Path) -> None:
     if not (pki / "sa.key").exists():
         run(["openssl", "genrsa", "-out", str(pki / "sa.key"), "2048"])
         run(["openssl", "rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub")])
+
+
+def ca_outdated(pki: Path) -> bool:
+    """Whether ``pki`` holds a CA made before the CA carried keyUsage (replaced by
+    :func:`ensure_pki`)."""
+    return (pki / "ca.crt").exists() and not _has_key_usage(pki / "ca.crt")
+
+
+def _has_key_usage(certificate: Path) -> bool:
+    shown = run(["openssl", "x509", "-in", str(certificate), "-noout", "-ext", "keyUsage"])
+    return "Certificate Sign" in shown.stdout
 
 
 def kubeconfig(pki: Path, client: str, server: str) -> str:

@@ -1,7 +1,8 @@
 """The in-cluster overlay on the proving ground: slurmctld + bridge as a StatefulSet
-(release-tagged images, state on a volume claim, slurmctld found by DNS) whose slurmd pods run a
-real two-node job on the real kubelet with what Slurm is told and go away; slurmctld's state
-outlives its pod; only its bridge container holds the ServiceAccount's token.
+(release-tagged images of the ground's default series, state on a volume claim, slurmctld found
+by DNS, every daemon but munged as SlurmUser ``slurm``) whose slurmd pods run a real two-node job
+on the real kubelet with what Slurm is told and go away; slurmctld's state outlives its pod; only
+its bridge container holds the ServiceAccount's token; ``kubectl drain`` may evict slurmctld.
 
 What the overlays build is tests/integration/test_kustomize_build.py; the external overlay's
 ServiceAccount and `kubectl delete -k`, tests/integration/test_external_overlay.py."""
@@ -9,6 +10,7 @@ ServiceAccount and `kubectl delete -k`, tests/integration/test_external_overlay.
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import shutil
@@ -70,6 +72,11 @@ def in_cluster(
             key = scratch / "munge.key"
             key.write_bytes(secrets.token_bytes(1024))
             bridge_daemon.create_munge_secret(pg.layout, INCLUSTER_NS, key)
+            # hostPath volumes keep their owner (fsGroup does not reach them): SlurmUser's, as
+            # deploy/README.md tells a site; jobs (submitted as slurm here) write the shared one.
+            for directory in (INCLUSTER_STATE, INCLUSTER_SHARED):
+                directory.mkdir(parents=True, exist_ok=True)
+                os.chown(directory, bridge_image.SLURM_UID, bridge_image.SLURM_UID)
             pg.kubectl("apply", "-f", "-", input_text=json.dumps(state_volume()))
             pg.kubectl("apply", "-f", "-", input_text=manifests)
             pg.kubectl(
@@ -154,7 +161,9 @@ def test_in_cluster_only_the_bridge_holds_the_token(in_cluster: ProvingGround) -
         assert "serviceaccount" not in mounts.stdout, (container, mounts.stdout)
     # The bridge works with it: it has been answering slurmctld (rolled out = scontrol ping UP
     # through the hooks' socket) and may list its pods.
-    listed_pods = exec_in(pg, "bridge", "python3", "-c", _LIST_PODS)
+    listed_pods = exec_in(
+        pg, "bridge", f"/{bridge_image.VENV_IN_IMAGE}/bin/python", "-c", _LIST_PODS
+    )
     assert listed_pods.returncode == 0, listed_pods.stderr
 
 
@@ -165,6 +174,58 @@ config.load_incluster_config()
 client.CoreV1Api().list_namespaced_pod(open(
     "/var/run/secrets/kubernetes.io/serviceaccount/namespace").read(), limit=1)
 """
+
+
+@pytest.mark.slow
+def test_in_cluster_runs_as_slurm_user(in_cluster: ProvingGround) -> None:
+    """slurmctld of the ground's default series runs as SlurmUser ``slurm``, and so does the
+    bridge (whose node updates slurmctld accepts only from SlurmUser or root); no daemon of the
+    pod is root, munged included."""
+    pg = in_cluster
+    config = exec_in(pg, "slurmctld", "scontrol", "show", "config")
+    assert config.returncode == 0, config.stderr
+    assert re.search(rf"^SlurmUser += slurm\({bridge_image.SLURM_UID}\)$", config.stdout, re.M), (
+        config.stdout
+    )
+    version = re.search(r"^SLURM_VERSION += (\d+\.\d+)\.", config.stdout, re.M)
+    assert version and version[1] == bridge_image.SLURM_SERIES, config.stdout
+    daemons = {"slurmctld": "slurmctld", "bridge": "slurm-k8s-bridg", "munged": "munged"}
+    for container, command in daemons.items():
+        # Each container's PID 1 is its daemon (the entrypoint execs it; a name is 15 bytes).
+        status = exec_in(pg, container, "cat", "/proc/1/status")
+        assert status.returncode == 0, (container, status.stderr)
+        fields = dict(line.split(":\t", 1) for line in status.stdout.splitlines() if ":\t" in line)
+        assert fields["Name"] == command, (container, fields["Name"])
+        real_uid = int(fields["Uid"].split()[0])
+        assert real_uid != 0, (container, fields["Uid"])
+        if container != "munged":
+            assert real_uid == bridge_image.SLURM_UID, (container, fields["Uid"])
+
+
+@pytest.mark.slow
+def test_in_cluster_drain_may_evict_slurmctld(in_cluster: ProvingGround) -> None:
+    """No budget refuses slurmctld's eviction (``maxUnavailable: 0`` made every ``kubectl
+    drain`` of its host wait forever); the pool's budget is the bridge's, at the pool's size.
+    A server-side dry run: the API server checks budgets, nothing is evicted."""
+    pg = in_cluster
+    node = pg.kubectl(
+        "-n", INCLUSTER_NS, "get", "pod", "slurmctld-0", "-o", "jsonpath={.spec.nodeName}"
+    ).strip()
+    drained = kubectl_outcome(
+        pg, "drain", node, "--dry-run=server", "--pod-selector=app.kubernetes.io/name=slurmctld",
+        "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=30s",
+    )  # fmt: skip
+    assert drained.returncode == 0, drained.stderr
+    assert "evicting pod slurm-incluster/slurmctld-0" in drained.stdout + drained.stderr, (
+        drained.stdout,
+        drained.stderr,
+    )
+    budgets = json.loads(pg.kubectl("-n", INCLUSTER_NS, "get", "pdb", "-o", "json"))["items"]
+    assert [(b["metadata"]["name"], b["spec"].get("minAvailable")) for b in budgets] == [
+        ("incluster-ic", 8)
+    ]
+    cordoned = pg.kubectl("get", "node", node, "-o", "jsonpath={.spec.unschedulable}")
+    assert cordoned.strip() != "true", "a dry run cordons nothing"
 
 
 @pytest.mark.slow

@@ -73,7 +73,6 @@ def build(build_cache: ProvingGround, kustomization: str) -> list[dict[str, Any]
                 "ConfigMap",
                 "Service",
                 "StatefulSet",
-                "PodDisruptionBudget",
                 "NetworkPolicy",
             },
         ),

@@ -73,8 +73,10 @@ munged_cmd="/usr/sbin/munged --foreground --force --socket=$munge_socket --key-f
 case $role in
 munged)
     prepare_munge
+    # setpriv execs munged itself (runuser would stay as root, its parent): the container's
+    # PID 1 is munged, as the munge user.
     # shellcheck disable=SC2086  # a word list on purpose
-    exec runuser -u munge -- $munged_cmd
+    exec setpriv --reuid=munge --regid=munge --init-groups -- $munged_cmd
     ;;
 slurm-conf)
     write_slurm_conf
