@@ -104,6 +104,11 @@ class MarkDown:
     #: Apply only if the node still has no pod when re-checked (a pod the snapshot missed
     #: must never cost a running job).
     unless_pod_exists: bool = False
+    #: The reason of an admin's DRAIN or FAIL on the node: Slurm is given it again instead of
+    #: ours, so the node stays theirs (DOWN keeps the DRAIN flag; the bridge never powers down
+    #: or resumes a node whose reason is not its own). Ours goes to the log, the pod's Event
+    #: and the jobs' AdminComment.
+    admin_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -197,8 +202,16 @@ def _older_than(moment: datetime | None, now: datetime, age: timedelta) -> bool:
 def _fail(node: SlurmNode, pod: PodView | None, kind: str, message: str) -> list[Action]:
     actions: list[Action] = []
     reason = Reason(kind, message)
+    admin_reason = node.reason if node.reason and not node.has_our_reason else ""
     if not (node.is_down and node.reason.startswith(reason.text)):
-        actions.append(MarkDown(node.name, reason, unless_pod_exists=kind == "PodMissing"))
+        actions.append(
+            MarkDown(
+                node.name,
+                reason,
+                unless_pod_exists=kind == "PodMissing",
+                admin_reason=admin_reason,
+            )
+        )
     if pod is not None and not pod.deleting:
         actions.append(DeletePod(node.name, f"{kind}: {message}", pod.uid))
     # No power down yet: power_down_force clears DOWN and the reason, so the node is held DOWN

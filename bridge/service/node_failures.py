@@ -54,13 +54,23 @@ class JobAwareFailure:
             log.warning("not setting %s DOWN: Slurm does not list it as CLOUD", compress(others))
         return [n for n in nodes if n in cloud]
 
-    def mark_down(self, nodes: Sequence[str], reason: Reason) -> bool:
-        """Set ``nodes`` DOWN with ``reason``; whether Slurm took it."""
+    def mark_down(self, nodes: Sequence[str], reason: Reason, admin_reason: str = "") -> bool:
+        """Set ``nodes`` DOWN with ``reason``; whether Slurm took it. ``admin_reason``: the
+        reason an admin's DRAIN or FAIL gave the nodes, written back in place of ours (Slurm
+        wants a reason with every DOWN), so that theirs is neither replaced nor lifted."""
         if not nodes:
             return False
         try:
-            self.slurm.update_nodes(nodes, state="down", reason=reason.text)
-            log.warning("set DOWN %s: %s", compress(nodes), reason)
+            self.slurm.update_nodes(nodes, state="down", reason=admin_reason or reason.text)
+            if admin_reason:
+                log.warning(
+                    "set DOWN %s: %s (kept the admin's reason %r)",
+                    compress(nodes),
+                    reason,
+                    admin_reason,
+                )
+            else:
+                log.warning("set DOWN %s: %s", compress(nodes), reason)
             self.metrics.fail_fast(reason, len(nodes))
         except BridgeError as e:
             log.error("could not set DOWN %s (%s): %s", compress(nodes), reason, e)
@@ -74,18 +84,21 @@ class JobAwareFailure:
         reason: Reason,
         failing: Collection[str] = (),
         snapshot: Sequence[SlurmNode] | None = None,
+        *,
+        admin_reason: str = "",
     ) -> bool:
         """:meth:`mark_down`, and for a fail-fast the jobs on ``nodes`` too: the reason in
         their AdminComment first, then (once Slurm took the DOWN and requeued them) their other
         nodes still powering up released, so they do not hold capacity until ResumeTimeout.
         ``pools``: whose nodes may be released. ``failing``: nodes the same pass sets DOWN for
         another reason (never released). ``snapshot``: Slurm's nodes as the caller read them
-        (a reconcile pass's), else they are read again."""
+        (a reconcile pass's), else they are read again. ``admin_reason``: see :meth:`mark_down`
+        (the jobs' AdminComment still gets ours)."""
         if not nodes or not reason.is_fail_fast:
-            return self.mark_down(nodes, reason)
+            return self.mark_down(nodes, reason, admin_reason)
         failed_jobs = self._failing_jobs(pools, nodes, reason, snapshot)
         commented = self._set_admin_comments(failed_jobs, reason.text)
-        if not self.mark_down(nodes, reason):
+        if not self.mark_down(nodes, reason, admin_reason):
             return False
         candidates = [n for n in nodes_to_release(failed_jobs) if n not in failing]
         released = self._release(

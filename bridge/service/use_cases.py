@@ -555,7 +555,7 @@ class BridgeService:
     ) -> set[str]:
         """The plan's DOWNs that a live read confirms, one Slurm write (and failing-jobs look)
         per distinct reason; the nodes whose DOWN was confirmed (and sent)."""
-        down_by_reason: dict[Reason, list[str]] = defaultdict(list)
+        down_by_reason: dict[tuple[Reason, str], list[str]] = defaultdict(list)
         still = self._still_wanting_pods([a.node for a in marks])
         for action in marks:
             now_in_slurm = still.get(action.node)
@@ -569,11 +569,11 @@ class BridgeService:
                     continue
             elif not self._failure_confirmed(action, now_in_slurm):
                 continue
-            down_by_reason[action.reason].append(action.node)
+            down_by_reason[action.reason, action.admin_reason].append(action.node)
         every_down = [n for nodes in down_by_reason.values() for n in nodes]
-        for reason, nodes in down_by_reason.items():
+        for (reason, admin_reason), nodes in down_by_reason.items():
             if self.failures.mark_down_failing_jobs(
-                self.config.pools, nodes, reason, every_down, snapshot
+                self.config.pools, nodes, reason, every_down, snapshot, admin_reason=admin_reason
             ):
                 self._fail_fasts(nodes, reason)
             for node in nodes:

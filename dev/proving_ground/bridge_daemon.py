@@ -16,12 +16,14 @@ from pathlib import Path
 
 from . import bridge_install, kube
 from .layout import APISERVER_PORT, BRIDGE_USER, NAMESPACE, Layout
-from .processes import ProvingGroundError, State, start_daemon, wait_until
+from .processes import ProvingGroundError, State, start_daemon, stop_daemon, wait_until
 from .slurm import bridge_config_path, ground_programs, running_auth, slurm_key_path
 from .slurm_series import AUTH_SLURM
 
 BRIDGE_SOCKET = "/run/slurm-k8s-bridge/bridge.sock"
 SHARED_DIR = Path("/var/lib/slurm-k8s-bridge/shared")
+#: The ground's state records the sources digest of the install the running bridge started from.
+_INSTALL_KEY = "bridge_sources"
 SERVICE_ACCOUNT = "slurm-k8s-bridge"
 #: What every bridge configuration here names (slurm.munge_key_secret).
 MUNGE_KEY_SECRET = "slurm-munge-key"  # noqa: S105 (a name)
@@ -201,6 +203,13 @@ def start_bridge(
     SHARED_DIR.chmod(0o1777)
     write_hooks_env(layout)
     bridge_install.ensure_installed(layout)
+    installed = bridge_install.sources_digest(layout.root)
+    if state.running("bridge") is not None and state.data.get(_INSTALL_KEY) != installed:
+        # `make up` on a running ground after a change: the running bridge is the old wheel's.
+        print(f"    the bridge: restarting it on the new install (sources {installed})", flush=True)
+        stop_daemon(state, "bridge")
+    state.data[_INSTALL_KEY] = installed
+    state.save()
     pid = start_daemon(
         state,
         "bridge",

@@ -413,6 +413,41 @@ CASES = [
         [pod("cpu-0")],
         [],
     ),
+    # -- a pod failure on an admin's drain: DOWN, but their reason and drain stay (issue 29 #10)
+    Case(
+        "admin-drain+busy+pod-evicted:down-keeping-the-admin-reason",
+        [node("cpu-0", "ALLOCATED", "DRAIN", reason=ADMIN)],
+        [pod("cpu-0", deleting=True, failure=DISRUPTED)],
+        [MarkDown("cpu-0", Reason(DISRUPTED.reason, DISRUPTED.message), admin_reason=ADMIN)],
+    ),
+    Case(
+        "admin-drain+idle+pod-failed:down-keeping-the-admin-reason",
+        [node("cpu-0", "IDLE", "DRAIN", reason=ADMIN)],
+        [pod("cpu-0", phase="Failed", failure=FAILED)],
+        [
+            MarkDown("cpu-0", Reason(FAILED.reason, FAILED.message), admin_reason=ADMIN),
+            DeletePod("cpu-0", f"{FAILED.reason}: {FAILED.message}"),
+        ],
+    ),
+    Case(
+        "admin-fail+pod-missing:down-keeping-the-admin-reason",
+        [node("cpu-0", "IDLE", "FAIL", reason=ADMIN)],
+        [],
+        [
+            MarkDown(
+                "cpu-0",
+                Reason("PodMissing", "no pod for node cpu-0; Slurm thinks it is up"),
+                unless_pod_exists=True,
+                admin_reason=ADMIN,
+            )
+        ],
+    ),
+    Case(
+        "down+admin-drain+no-pod-long-after:never-powered-down-nor-resumed",
+        [node("cpu-0", "DOWN", "DRAIN", reason=ADMIN, since_s=600)],
+        [],
+        [],
+    ),
     # -- Kubernetes cordon/drain: Slurm drains the node first -----------------------------------
     Case(
         "cordoned-host+busy:power-down-asap",
@@ -808,7 +843,7 @@ def apply(actions: list[Action], slurm: FakeSlurm, pods: FakePods) -> None:
     """Carry the actions out on the fakes, in the order the service does (Slurm first)."""
     for a in actions:
         if isinstance(a, MarkDown):
-            slurm.update_nodes([a.node], state="down", reason=a.reason.text)
+            slurm.update_nodes([a.node], state="down", reason=a.admin_reason or a.reason.text)
     for a in actions:
         if isinstance(a, DeletePod | ForceDeletePod):
             pods.delete_pods([a.node], uids={a.node: a.uid} if a.uid else None)

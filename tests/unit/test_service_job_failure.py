@@ -206,3 +206,18 @@ def test_a_job_hostlist_that_cannot_be_expanded_never_stops_the_down(
     w.service.resume("cpu-[0-1]", "", "r1")
     assert w.slurm.updates == [Update(("cpu-1",), "down", FULL)]
     assert "jobs on cpu-1 not read" in caplog.text
+
+
+def test_a_failure_on_an_admins_drain_keeps_their_reason_and_comments_the_job_with_ours() -> None:
+    """Issue 29 item 10: the DOWN writes the admin's reason back (Slurm keeps the DRAIN flag),
+    the job learns Kubernetes' reason from its AdminComment."""
+    admin = "maintenance: disk check"
+    w = World(cloud("cpu-0", "ALLOCATED", "DRAIN", reason=admin))
+    w.slurm.jobs[7] = SlurmJob(7, frozenset({"RUNNING"}), "cpu-0")
+    w.pods.add("cpu-0", phase="Failed", failure=PodFailure("OOMKilled", "slurmd"))
+    actions = w.service.reconcile_once()
+    assert MarkDown("cpu-0", Reason("OOMKilled", "slurmd"), admin_reason=admin) in actions
+    assert w.slurm.updates == [Update(("cpu-0",), "down", admin)]
+    assert w.slurm.jobs[7].admin_comment == "k8s: OOMKilled: slurmd"
+    assert w.slurm.nodes["cpu-0"].reason == admin
+    assert w.slurm.nodes["cpu-0"].is_drained
