@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import ProvingGround, Use
 from tests.e2e.test_elastic_cycle import broken_pool_cycle, eviction_cycle, two_node_job_cycle
+from tests.e2e.test_site_layout import JOB_USER, job_user_cycle
 
 from proving_ground import ground, slurm, slurm_series  # isort: skip (conftest sets the path)
 
@@ -68,3 +69,14 @@ def test_failure_reason_requeue_recovery(
 def test_eviction(proving_ground: ProvingGround, series: str, use: Use) -> None:
     del series
     eviction_cycle(proving_ground, use)
+
+
+def test_a_host_only_user_s_name_resolves_in_the_pod(
+    proving_ground: ProvingGround, series: str, use: Use
+) -> None:
+    """On these series Debian serves the source, so the image carries nss_slurm: the job's user,
+    known only to the host, resolves inside its pod (26.05's image says why it cannot yet)."""
+    use("cpu-12")
+    lines = job_user_cycle(proving_ground, "cpu-12")
+    assert lines[2].startswith("built"), f"Slurm {series}'s image: {lines[2]}"
+    assert lines[1] == f"name={JOB_USER}", lines

@@ -107,8 +107,22 @@ def test_the_bridge_runs_as_its_own_user_from_the_wheel_with_admin_rights(
 def test_a_job_of_a_user_only_this_host_knows_runs_as_that_user_and_is_accounted(
     proving_ground: ProvingGround, use: Use
 ) -> None:
-    pg = proving_ground
     use(NODE)
+    lines = job_user_cycle(proving_ground, NODE)
+    nss = lines[2]
+    if nss.startswith("built"):
+        # nss_slurm in the image: the name resolves inside the pod.
+        assert lines[1] == f"name={JOB_USER}", lines
+    else:
+        # Debian did not serve this series' source (deploy/images/slurmd/README.md): the image
+        # says why it has no nss_slurm, and the job still ran as the right uid (job_user_cycle).
+        assert nss.startswith("absent:") and len(nss) > len("absent: "), lines
+
+
+def job_user_cycle(pg: ProvingGround, node: str) -> list[str]:
+    """A job of the host-only user on ``node``'s pod: it runs as that uid, writes its output
+    there as that user, is confined to its --mem by its own cgroup, and sacct lists it under
+    that user. Returns the job's lines (uid, name, the image's nss_slurm status, cgroup, limit)."""
     alice = pwd.getpwnam(JOB_USER)
     out = SHARED_DIR / f"site-layout-{os.getpid()}.out"
     out.unlink(missing_ok=True)
@@ -121,7 +135,7 @@ def test_a_job_of_a_user_only_this_host_knows_runs_as_that_user_and_is_accounted
         'echo "limit=$(cat "/sys/fs/cgroup/memory${cg%%/step_*}/memory.limit_in_bytes")"'
     )
     job = _submit_as_job_user(
-        pg, "-p", "cpu", "-N1", "-w", NODE, "--mem=100M", f"--output={out}", "--chdir=/tmp",
+        pg, "-p", "cpu", "-N1", "-w", node, "--mem=100M", f"--output={out}", "--chdir=/tmp",
         "--wrap", script,
     )  # fmt: skip
     assert wait_for(f"job {job} to finish", lambda: job_finished(pg, job), 240, every=1) == (
@@ -129,19 +143,11 @@ def test_a_job_of_a_user_only_this_host_knows_runs_as_that_user_and_is_accounted
     )
     assert out.stat().st_uid == alice.pw_uid  # written in the pod as that user
     lines = out.read_text().splitlines()
-    assert lines[0] == f"uid={alice.pw_uid} job_user={JOB_USER} host={NODE}", lines
-    nss = lines[2]
+    assert lines[0] == f"uid={alice.pw_uid} job_user={JOB_USER} host={node}", lines
     cgroup = lines[3].removeprefix("cgroup=")
     # slurmd's own cgroup namespace (the entrypoint's unshare): the path starts at its slurm_<node>.
-    assert cgroup.startswith(f"/slurm_{NODE}/uid_{alice.pw_uid}/job_{job}/step_batch"), lines
+    assert cgroup.startswith(f"/slurm_{node}/uid_{alice.pw_uid}/job_{job}/step_batch"), lines
     assert lines[4] == f"limit={100 * 1024 * 1024}", lines
-    if nss.startswith("present"):
-        # nss_slurm in the image: the name resolves inside the pod.
-        assert lines[1] == f"name={JOB_USER}", lines
-    else:
-        # Debian did not serve this series' source (deploy/images/slurmd/README.md): the image
-        # says why it has no nss_slurm, and the job still ran as the right uid.
-        assert nss.startswith("absent:") and len(nss) > len("absent: "), lines
     accounted = wait_for(
         f"sacct to list job {job}",
         lambda: pg.slurm("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "user,account,state")
@@ -150,3 +156,4 @@ def test_a_job_of_a_user_only_this_host_knows_runs_as_that_user_and_is_accounted
         every=1,
     )  # fmt: skip
     assert accounted == f"{JOB_USER}|{ACCOUNT}|COMPLETED", accounted
+    return lines
