@@ -102,7 +102,8 @@ class SlurmNode:
 
     @property
     def has_our_reason(self) -> bool:
-        return self.reason.startswith(REASON_PREFIX)
+        """The reason is the bridge's, as it wrote it (not one Slurm appended to since)."""
+        return Reason.parse(self.reason) is not None
 
     @property
     def bridge_reason(self) -> Reason | None:

@@ -10,6 +10,12 @@ from dataclasses import dataclass
 
 #: Every reason the bridge writes starts with this, so it only ever touches reasons it wrote.
 REASON_PREFIX = "k8s: "
+#: How Slurm (23.02+) appends its own reason to a node's existing one when it sets the node
+#: DOWN itself (``set_node_reason``: "Not responding", "ResumeTimeout reached" ...). A reason
+#: of ours left on a node from an earlier cycle thus becomes ``k8s: ... : Not responding``: that
+#: DOWN is Slurm's, not ours, and the bridge must not resume the node or delete its pod for it.
+#: The bridge's own texts never contain it (:attr:`Reason.text`).
+SLURM_APPENDED = " : "
 #: Slurm stores reasons verbatim, but sinfo -R is read on a terminal: keep them short.
 MAX_TEXT = 200
 
@@ -47,6 +53,8 @@ class Reason:
     def text(self) -> str:
         """Slurm's form: ``k8s: <Kind>: <message>`` on one line of at most :data:`MAX_TEXT`."""
         text = f"{REASON_PREFIX}{self.kind}: {self.message}".replace("\n", " ").strip()
+        # Never Slurm's separator: an appended reason must stay recognisable (parse).
+        text = text.replace(SLURM_APPENDED, " - ")
         return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 3] + "..."
 
     def __str__(self) -> str:
@@ -54,8 +62,10 @@ class Reason:
 
     @classmethod
     def parse(cls, text: str) -> Reason | None:
-        """The reason in Slurm's ``text``; None when the text is not one of ours (an admin's)."""
-        if not text.startswith(REASON_PREFIX):
+        """The reason in Slurm's ``text``; None when the text is not one of ours: an admin's, or
+        one of ours that Slurm appended its own to (:data:`SLURM_APPENDED`), which makes the
+        node's state Slurm's."""
+        if not text.startswith(REASON_PREFIX) or SLURM_APPENDED in text:
             return None
         kind, _, message = text.removeprefix(REASON_PREFIX).partition(":")
         return cls(kind.strip(), message.strip())
@@ -71,6 +81,12 @@ class Reason:
     def label(self) -> str:
         """``kind`` as a metric label: ``other`` when it is not a word (bounded cardinality)."""
         return self.kind if _LABEL_KIND.fullmatch(self.kind) else "other"
+
+
+def slurm_said_last(text: str) -> str:
+    """What Slurm appended last to a node's reason (``ResumeTimeout reached`` of ``k8s: ... :
+    ResumeTimeout reached``), or the whole text when nothing was appended."""
+    return text.rsplit(SLURM_APPENDED, 1)[-1]
 
 
 def our_reason(kind: str, message: str) -> str:

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from .nodes import SlurmNode
+from .reason import slurm_said_last
 from .results import NodeStatus
 
 #: Kubernetes' pod phases, and the bridge's ``Terminating`` for a pod being deleted.
@@ -110,7 +111,11 @@ def _why_at_once(row: NodeStatus, node: SlurmNode) -> str | None:
     ours = row.slurm_state and (node.is_down or node.is_drained) and node.has_our_reason
     if ours and not _powering_down_on_purpose(row, node):
         return row.reason
-    if row.slurm_state and node.is_down and row.reason.startswith(RESUME_TIMEOUT_REASON):
+    if (
+        row.slurm_state
+        and node.is_down
+        and slurm_said_last(row.reason).startswith(RESUME_TIMEOUT_REASON)
+    ):
         return f"Slurm gave up on the resume ({row.reason}); it stays DOWN until resumed"
     if row.pod_phase in _DEAD_PHASES:
         return f"pod {row.pod_phase}"

@@ -119,6 +119,8 @@ def test_from_display_state_fields(display: str, state: str, flags: set[str]) ->
         ("ResumeTimeout reached", False),
         ("K8S: shouting", False),
         (" k8s: leading blank", False),
+        # Slurm (23.02+) appended its own DOWN to a reason of ours: Slurm's now.
+        ("k8s: Rollout: x : Not responding", False),
     ],
 )
 def test_has_our_reason(reason: str, ours: bool) -> None:

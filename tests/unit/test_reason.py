@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.domain.reason import MAX_TEXT, Reason
+from bridge.domain.reason import MAX_TEXT, Reason, slurm_said_last
 
 
 @pytest.mark.parametrize(
@@ -21,6 +21,9 @@ from bridge.domain.reason import MAX_TEXT, Reason
         ),
         ("k8s: Forbidden", Reason("Forbidden", "")),
         ("k8s: ", Reason("", "")),
+        # Slurm 23.02+ appended its own DOWN to a reason of ours: the state is Slurm's now.
+        ("k8s: Rollout: pool cpu template a -> b : Not responding", None),
+        ("k8s: Cordoned: kubernetes node kn-1 is cordoned : ResumeTimeout reached", None),
         ("Not responding", None),
         ("admin: disk replaced", None),
         ("", None),
@@ -49,8 +52,9 @@ def test_text_parses_back_to_the_same_reason(reason: Reason) -> None:
         (Reason("ErrImagePull", "denied"), "k8s: ErrImagePull: denied"),
         (Reason("Evicted", "line one\nline two\n"), "k8s: Evicted: line one line two"),
         (Reason("Unschedulable", "x" * 300), "k8s: Unschedulable: " + "x" * 177 + "..."),
+        (Reason("Failed", "exit 1 : see log"), "k8s: Failed: exit 1 - see log"),
     ],
-    ids=["plain", "newlines", "truncated"],
+    ids=["plain", "newlines", "truncated", "never-slurm's-separator"],
 )
 def test_text_is_one_short_line(reason: Reason, text: str) -> None:
     assert reason.text == text
@@ -88,3 +92,16 @@ def test_what_counts_as_a_fail_fast(text: str, counts: bool) -> None:
 )
 def test_the_metric_label_is_a_word_or_other(kind: str, label: str) -> None:
     assert Reason(kind, "").label == label
+
+
+@pytest.mark.parametrize(
+    ("text", "last"),
+    [
+        ("k8s: Rollout: x : ResumeTimeout reached", "ResumeTimeout reached"),
+        ("k8s: Rollout: x : Not responding : ResumeTimeout reached", "ResumeTimeout reached"),
+        ("ResumeTimeout reached", "ResumeTimeout reached"),
+        ("", ""),
+    ],
+)
+def test_what_slurm_said_last(text: str, last: str) -> None:
+    assert slurm_said_last(text) == last

@@ -541,6 +541,34 @@ CASES = [
         [],
     ),
     Case("down-admin-reason+no-pod:untouched", [node("cpu-0", "DOWN", reason=ADMIN)], [], []),
+    # Issue 29 item 9: Slurm appended its own DOWN to a reason of ours left from an earlier
+    # cycle. Before, the bridge took it for its own: the pod deleted, the node powered down.
+    Case(
+        "down-slurm-appended-to-our-old-reason+pod:untouched",
+        [node("cpu-0", "DOWN", "NOT_RESPONDING", reason=f"{OURS} : Not responding", since_s=600)],
+        [pod("cpu-0")],
+        [],
+    ),
+    Case(
+        "down-slurm-appended-to-our-old-reason+no-pod:not-powered-down",
+        [node("cpu-0", "DOWN", reason=f"{OURS} : Not responding", since_s=600)],
+        [],
+        [],
+    ),
+    Case(
+        "down~-resume-timeout-appended+no-pod:not-resumed",
+        [
+            node(
+                "cpu-0",
+                "DOWN",
+                "POWERED_DOWN",
+                reason=f"{OURS} : ResumeTimeout reached",
+                since_s=600,
+            )
+        ],
+        [],
+        [],
+    ),
     Case(
         "down#-admin-reason+no-pod:no-create",
         [node("cpu-0", "DOWN", "POWERING_UP", "NOT_RESPONDING", reason="test down")],

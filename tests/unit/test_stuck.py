@@ -126,6 +126,13 @@ CASES = [
         None,
         "Slurm gave up on the resume (ResumeTimeout reached); it stays DOWN until resumed",
     ),
+    (
+        "resume-timeout-appended-to-our-old-reason",
+        row("down~", reason="k8s: Rollout: x : ResumeTimeout reached"),
+        None,
+        "Slurm gave up on the resume (k8s: Rollout: x : ResumeTimeout reached); it stays DOWN "
+        "until resumed",
+    ),
     # An admin's DOWN or DRAIN is intended, and our stale reason on a resumed node is history
     # (24.11 keeps the reason after state=resume).
     ("down-admin", row("down~", reason="maintenance"), 4000, None),
