@@ -14,6 +14,7 @@ from collections.abc import Collection, Sequence
 from bridge.domain.hostlist import compress
 from bridge.domain.job_failure import (
     FailedJob,
+    SlurmJob,
     nodes_to_release,
     plan_job_failure,
     still_releasable,
@@ -86,6 +87,7 @@ class JobAwareFailure:
         snapshot: Sequence[SlurmNode] | None = None,
         *,
         admin_reason: str = "",
+        jobs: Sequence[SlurmJob] | None = None,
     ) -> bool:
         """:meth:`mark_down`, and for a fail-fast the jobs on ``nodes`` too: the reason in
         their AdminComment first, then (once Slurm took the DOWN and requeued them) their other
@@ -93,10 +95,11 @@ class JobAwareFailure:
         ``pools``: whose nodes may be released. ``failing``: nodes the same pass sets DOWN for
         another reason (never released). ``snapshot``: Slurm's nodes as the caller read them
         (a reconcile pass's), else they are read again. ``admin_reason``: see :meth:`mark_down`
-        (the jobs' AdminComment still gets ours)."""
+        (the jobs' AdminComment still gets ours). ``jobs``: the jobs on ``nodes`` and the nodes
+        powering up, read once for every reason of a pass (:meth:`jobs_for`); else read here."""
         if not nodes or not reason.is_fail_fast:
             return self.mark_down(nodes, reason, admin_reason)
-        failed_jobs = self._failing_jobs(pools, nodes, reason, snapshot)
+        failed_jobs = self._failing_jobs(pools, nodes, reason, snapshot, jobs)
         commented = self._set_admin_comments(failed_jobs, reason.text)
         if not self.mark_down(nodes, reason, admin_reason):
             return False
@@ -115,24 +118,33 @@ class JobAwareFailure:
             )
         return True
 
+    def jobs_for(
+        self, pools: PoolSet, nodes: Sequence[str], snapshot: Sequence[SlurmNode]
+    ) -> list[SlurmJob] | None:
+        """The jobs holding ``nodes`` or a node powering up that a job could release, in one
+        read (a pass failing nodes for several reasons reads them once); None when Slurm cannot
+        say (each reason then tries on its own)."""
+        try:
+            return self.slurm.jobs_on_nodes(_with_starting(pools, nodes, snapshot))
+        except BridgeError as e:
+            log.warning("jobs on %s not read: %s", compress(nodes), e)
+            return None
+
     def _failing_jobs(
         self,
         pools: PoolSet,
         nodes: Sequence[str],
         reason: Reason,
         snapshot: Sequence[SlurmNode] | None,
+        jobs: Sequence[SlurmJob] | None = None,
     ) -> list[FailedJob]:
         """The jobs on ``nodes`` and what to do about them; none when Slurm cannot say (the
         DOWN still goes ahead: it alone requeues the jobs)."""
         try:
             if snapshot is None:
                 snapshot = self.slurm.list_nodes()
-            # The nodes a job could release are powering up: read their jobs too, so that a
-            # node another job holds is never released.
-            starting = [
-                n.name for n in snapshot if n.is_cloud and n.is_powering_up and pools.owns(n.name)
-            ]
-            jobs = self.slurm.jobs_on_nodes(list(dict.fromkeys([*nodes, *starting])))
+            if jobs is None:
+                jobs = self.slurm.jobs_on_nodes(_with_starting(pools, nodes, snapshot))
             # Inside the try: a job's hostlist Slurm printed may still be one we cannot expand.
             return plan_job_failure(nodes, jobs, snapshot, pools.owns)
         except BridgeError as e:
@@ -187,3 +199,12 @@ class JobAwareFailure:
             log.warning("not released %s (%s): %s", compress(nodes), reason, e)
             return set()
         return set(nodes)
+
+
+def _with_starting(
+    pools: PoolSet, nodes: Sequence[str], snapshot: Sequence[SlurmNode]
+) -> list[str]:
+    """``nodes`` and the pools' nodes powering up: the nodes a failed job could release are
+    read too, so that a node another job holds is never released."""
+    starting = [n.name for n in snapshot if n.is_cloud and n.is_powering_up and pools.owns(n.name)]
+    return list(dict.fromkeys([*nodes, *starting]))

@@ -571,9 +571,21 @@ class BridgeService:
                 continue
             down_by_reason[action.reason, action.admin_reason].append(action.node)
         every_down = [n for nodes in down_by_reason.values() for n in nodes]
+        jobs = None
+        fail_fasts = [nodes for (reason, _), nodes in down_by_reason.items() if reason.is_fail_fast]
+        if len(fail_fasts) > 1 and snapshot is not None:
+            # One read of the jobs for every reason of the pass, not one a reason.
+            every_failing = [n for nodes in fail_fasts for n in nodes]
+            jobs = self.failures.jobs_for(self.config.pools, every_failing, snapshot)
         for (reason, admin_reason), nodes in down_by_reason.items():
             if self.failures.mark_down_failing_jobs(
-                self.config.pools, nodes, reason, every_down, snapshot, admin_reason=admin_reason
+                self.config.pools,
+                nodes,
+                reason,
+                every_down,
+                snapshot,
+                admin_reason=admin_reason,
+                jobs=jobs,
             ):
                 self._fail_fasts(nodes, reason)
             for node in nodes:

@@ -15,9 +15,12 @@
 5. pod-state patches (dev/bench/pod_state_patches.py; the proving ground and root; left out by
    --no-ground): label and condition PATCH requests per pod per Slurm transition at 1,000
    kwok-backed nodes (issue 13), from the kube-apiserver's own request counter.
+6. failure-path job read (dev/bench/failure_jobs.py; the proving ground; left out by
+   --no-ground): peak RSS and bytes of reading one failing node's jobs with 9,000 jobs queued in
+   the real slurmctld, vs. `squeue --json` decoded whole (the read before issue 29 item 12).
 
-``--quick``: reconcile at 1k nodes, scale and pod-state patches at 200 nodes, fewer hook samples
-(a smoke run).
+``--quick``: reconcile at 1k nodes, scale and pod-state patches at 200 nodes, 200 queued jobs,
+fewer hook samples (a smoke run).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "dev"))
 
+import failure_jobs
 import pod_state_patches
 import reconcile_pass
 import resume_scale
@@ -251,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
             notes.append(
                 "Pod-state patch rows left out: dev/bench/pod_state_patches.py needs root."
             )
+        jobs = failure_jobs.QUICK_JOBS if args.quick else failure_jobs.JOBS
+        lines += failure_jobs.table_lines(*failure_jobs.measure(jobs))
+        notes.append(failure_jobs.NOTE)
     print_table(lines, notes)
     return 0
 

@@ -221,3 +221,20 @@ def test_a_failure_on_an_admins_drain_keeps_their_reason_and_comments_the_job_wi
     assert w.slurm.jobs[7].admin_comment == "k8s: OOMKilled: slurmd"
     assert w.slurm.nodes["cpu-0"].reason == admin
     assert w.slurm.nodes["cpu-0"].is_drained
+
+
+def test_a_pass_failing_nodes_for_two_reasons_reads_their_jobs_once() -> None:
+    """Issue 29 item 12: one squeue a pass, not one a distinct reason."""
+    w = World(*powering_up("cpu-0", "cpu-1", "cpu-2"))
+    w.slurm.jobs[7] = SlurmJob(7, STARTING, "cpu-[0-2]")
+    old = NOW - timedelta(minutes=5)
+    w.pods.add("cpu-0", phase="Pending", created_at=old)
+    image, name = PodFailure("ErrImagePull", "denied"), PodFailure("InvalidImageName", "bad")
+    w.pods.add("cpu-1", phase="Pending", failure=image, created_at=old)
+    w.pods.add("cpu-2", phase="Pending", failure=name, created_at=old)
+    w.service.reconcile_once()
+    assert [u.state for u in w.slurm.updates].count("down") == 2
+    # The pass's one read covers both failed nodes and the one a job could release (before,
+    # one such read a reason); a release reads its node once more after the DOWN.
+    assert w.slurm.jobs_reads[0] == ("cpu-1", "cpu-2", "cpu-0")
+    assert all(read == ("cpu-0",) for read in w.slurm.jobs_reads[1:]), w.slurm.jobs_reads

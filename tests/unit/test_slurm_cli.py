@@ -410,15 +410,21 @@ def test_update_rejects_bad_input_before_running(
     assert fake.calls() == []
 
 
-@pytest.mark.parametrize("series", [V22, V24, V26], ids=["22.05", "24.11", "26.05"])
-def test_jobs_on_nodes_asks_squeue_for_the_hostlist_and_keeps_only_those(
-    fake: FakeSlurm, series: Path
+def test_jobs_on_nodes_asks_squeue_for_the_hostlist_and_holding_states_only(
+    fake: FakeSlurm, tmp_path: Path
 ) -> None:
-    # squeue lists both jobs (22.05 ignores --nodelist with --json): only cloud2's is kept.
-    fake.command("squeue", {"--json": Reply(stdout=series / "squeue-states.json")})
+    # Filtered by slurmctld (every series honours --nodelist/--states in this form); a job
+    # touching none of the names (an older slurmctld's answer) is dropped here too.
+    lines = tmp_path / "squeue.txt"
+    lines.write_text("1|CONFIGURING|cloud2|(null)\n2|RUNNING|cloud3|(null)\n")
+    fake.command("squeue", {"--noheader": Reply(stdout=lines)})
     jobs = _cli(fake).jobs_on_nodes(["cloud2", "cloud1"])
     assert [(job.job_id, job.nodes) for job in jobs] == [(1, "cloud2")]
-    assert fake.calls() == ["|squeue --json --nodelist=cloud[1-2]"]
+    assert fake.calls() == [
+        "|squeue --noheader --nodelist=cloud[1-2] "
+        "--states=CONFIGURING,RUNNING,SUSPENDED,COMPLETING,STAGE_OUT "
+        "--Format=JobId:0|,State:0|,NodeList:0|,admin_comment:0"
+    ]
 
 
 def test_jobs_on_no_nodes_runs_nothing(fake: FakeSlurm) -> None:
@@ -426,10 +432,13 @@ def test_jobs_on_no_nodes_runs_nothing(fake: FakeSlurm) -> None:
     assert fake.calls() == []
 
 
-def test_jobs_read_while_slurmctld_is_unreachable_is_retried(fake: FakeSlurm) -> None:
-    # 22.05's squeue, like its sinfo, exits 0 with the error inside the document.
-    fake.command("squeue", {"--json": Reply(stdout=V22 / "sinfo-unreachable.json")})
-    with pytest.raises(TransientBackendError, match="Unspecified error"):
+@pytest.mark.parametrize("series", [V22, V24, V26], ids=["22.05", "24.11", "26.05"])
+def test_jobs_read_while_slurmctld_is_unreachable_is_retried(fake: FakeSlurm, series: Path) -> None:
+    fake.command(
+        "squeue",
+        {"--noheader": Reply(rc=1, stderr=series / "errors" / "update-unreachable.stderr")},
+    )
+    with pytest.raises(TransientBackendError, match="Unable to contact slurm controller"):
         _cli(fake, attempts=2).jobs_on_nodes(["cloud1"])
     assert len(fake.calls()) == 2
 

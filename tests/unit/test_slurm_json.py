@@ -278,79 +278,42 @@ def test_a_listing_reduced_while_decoded_parses_like_the_whole_document(path: Pa
         assert set(node) <= set(slurm_json.NODE_FIELDS)
 
 
-# --- squeue --json --------------------------------------------------------------------------------
+# --- squeue --noheader --Format (the jobs on failing nodes) -------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("file", "expected"),
+    ("text", "expected"),
     [
+        # As every series prints JOB_FORMAT (22.05, 24.11, 26.05: the same four fields).
         (
-            "v22.05/squeue-states.json",
-            [SlurmJob(1, frozenset({"CONFIGURING"}), "cloud2"), SlurmJob(2, RUNNING, "cloud3")],
-        ),
-        (
-            "v24.11/squeue-states.json",
-            [SlurmJob(1, STARTING, "cloud2"), SlurmJob(2, RUNNING, "cloud3")],
-        ),
-        (
-            "v26.05/squeue-states.json",
-            [SlurmJob(1, STARTING, "cloud2"), SlurmJob(2, RUNNING, "cloud3")],
-        ),
-        # Hand-made after the sources (tests/data/slurm/README.md), until recorded.
-        (
-            "v22.05/squeue-2-node-job.json",
+            "4|CONFIGURING|cloud[1-2]|(null)\n2|RUNNING|cloud3|ticket 42: keep this node\n",
             [
                 SlurmJob(4, frozenset({"CONFIGURING"}), "cloud[1-2]"),
                 SlurmJob(2, RUNNING, "cloud3", "ticket 42: keep this node"),
             ],
         ),
+        ("", []),
+        ("7|running|cloud1|a|b|c\n", [SlurmJob(7, RUNNING, "cloud1", "a|b|c")]),
         (
-            "v24.11/squeue-2-node-job.json",
-            [
-                SlurmJob(4, STARTING, "cloud[1-2]"),
-                SlurmJob(2, RUNNING, "cloud3", "ticket 42: keep this node"),
-            ],
+            "7|RUNNING|cloud1|line one\nline two\n",
+            [SlurmJob(7, RUNNING, "cloud1", "line one\nline two")],
         ),
-        (
-            "v26.05/squeue-2-node-job.json",
-            [
-                SlurmJob(4, STARTING, "cloud[1-2]"),
-                SlurmJob(2, RUNNING, "cloud3", "ticket 42: keep this node"),
-            ],
-        ),
+        ("8|COMPLETING|(null)|\n", [SlurmJob(8, frozenset({"COMPLETING"}), "", "")]),
     ],
+    ids=["two-jobs", "none", "bars-in-the-comment", "newline-in-the-comment", "unset-fields"],
 )
-def test_recorded_jobs(file: str, expected: list[SlurmJob]) -> None:
-    jobs = slurm_json.parse_jobs(_load(file))
-    assert jobs == expected
-    assert all(job.holds_nodes for job in jobs)
-
-
-def _job(**job: Any) -> dict[str, Any]:
-    base = {"job_id": 3, "job_state": "PENDING", "nodes": "", "admin_comment": ""}
-    return {"errors": [], "jobs": [{**base, **job}]}
+def test_job_lines(text: str, expected: list[SlurmJob]) -> None:
+    assert slurm_json.parse_job_lines(text) == expected
 
 
 @pytest.mark.parametrize(
-    ("doc", "message"),
+    ("text", "message"),
     [
-        ({"errors": []}, "no 'jobs'"),
-        ({"jobs": ["x"]}, r"jobs\[0\] is not an object"),
-        (_job(job_id="3"), "'job_id' missing or not an integer"),
-        (_job(job_id=True), "'job_id' missing or not an integer"),
-        (_job(job_state=None), r"\(job 3\): 'job_state' is neither"),
-        (_job(job_state=[]), "'job_state' is neither"),
-        (_job(job_state=["RUNNING", 1]), "'job_state' is neither"),
-        (_job(nodes=5), "'nodes' should be a string"),
-        (_job(admin_comment=[]), "'admin_comment' should be a string"),
-        ({"errors": [{"error": "Invalid job id specified"}], "jobs": []}, "Invalid job id"),
+        ("slurm_load_jobs error: nonsense\n", "line 1 is not a job"),
+        ("7|\n", r"line 1 \(job 7\) has no state"),
+        ("7|RUNNING\n", r"line 1 \(job 7\) has no state"),
     ],
 )
-def test_malformed_job_documents(doc: dict[str, Any], message: str) -> None:
+def test_malformed_job_lines(text: str, message: str) -> None:
     with pytest.raises(BackendError, match=message):
-        slurm_json.parse_jobs(doc)
-
-
-def test_absent_or_null_job_fields_are_empty() -> None:
-    doc = {"jobs": [{"job_id": 3, "job_state": "pending", "admin_comment": None}]}
-    assert slurm_json.parse_jobs(doc) == [SlurmJob(3, frozenset({"PENDING"}))]
+        slurm_json.parse_job_lines(text)
