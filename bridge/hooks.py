@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bridge.settings import DEFAULT_TARGET as DEFAULT_SOCKET
+from bridge.settings import hooks_env_values
 
 DEFAULT_SLURM_BIN = "/usr/bin"
 DEFAULT_HOOK_LOG = "/var/log/slurm/slurm-k8s-bridge-hooks.log"
@@ -373,21 +374,13 @@ HOOKS_ENV_KEYS = (
 
 
 def read_hooks_env(path: str) -> dict[str, str]:
-    """``KEY=value`` lines of a hooks.env for the keys above (as hook.sh reads them; no code
-    runs, one pair of quotes is stripped); a missing file is no settings."""
-    found: dict[str, str] = {}
+    """The keys above that a hooks.env sets (:func:`bridge.settings.hooks_env_values`); a
+    missing file is no settings."""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
+            return hooks_env_values(f.read(), HOOKS_ENV_KEYS)
     except OSError:
-        return found
-    for line in lines:
-        key, sep, value = line.partition("=")
-        if sep and key in HOOKS_ENV_KEYS:
-            if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-                value = value[1:-1]
-            found[key] = value
-    return found
+        return {}
 
 
 def _entry(kind: str) -> int:

@@ -6,7 +6,7 @@ standard library only, because slurmctld's hooks import it (for the socket path)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,20 @@ DEFAULT_SOCKET_PATH = "/run/slurm-k8s-bridge/bridge.sock"
 DEFAULT_TARGET = "unix:" + DEFAULT_SOCKET_PATH
 #: The configuration file read when neither --config nor $SKB_CONFIG names one.
 DEFAULT_CONFIG_PATH = "/etc/slurm-k8s-bridge/bridge.yaml"
+
+
+def hooks_env_values(text: str, keys: Collection[str]) -> dict[str, str]:
+    """The ``keys`` a hooks.env sets, as hook.sh reads it: whole ``KEY=value`` lines (split at
+    ``\\n`` only), the last one winning, one pair of matching quotes stripped, nothing else
+    trimmed, no code run. The hooks read it on every call, ``doctor`` to check them."""
+    found: dict[str, str] = {}
+    for line in text.split("\n"):
+        key, sep, value = line.partition("=")
+        if sep and key in keys:
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+                value = value[1:-1]
+            found[key] = value
+    return found
 
 
 @dataclass(frozen=True)

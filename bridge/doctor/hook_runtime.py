@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Final
 
 from bridge.doctor.checks import MIN_PYTHON, Check, Status
+from bridge.settings import hooks_env_values
 
 NAME: Final = "hooks python"
 #: The Python hook.sh falls back to, last.
@@ -83,16 +84,8 @@ class PythonRun:
 
 
 def hooks_env_settings(text: str | None) -> dict[str, str]:
-    """SKB_HOOK_CLIENT and SKB_PYTHON as hook.sh reads them: whole ``KEY=value`` lines, the last
-    one winning, one pair of matching quotes stripped, nothing else trimmed."""
-    found: dict[str, str] = {}
-    for line in (text or "").split("\n"):
-        key, sep, value = line.partition("=")
-        if sep and key in _HOOK_KEYS:
-            if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-                value = value[1:-1]
-            found[key] = value
-    return found
+    """SKB_HOOK_CLIENT and SKB_PYTHON as hook.sh reads them from hooks.env's ``text``."""
+    return hooks_env_values(text or "", _HOOK_KEYS)
 
 
 def hook_runtime(files: HookFiles) -> HookRuntime:
