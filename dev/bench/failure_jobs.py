@@ -1,7 +1,7 @@
 """`make bench`, the failure path's job read (issue 29 item 12): with N jobs queued in the
 proving ground's real slurmctld, the peak RSS and the bytes a process reads to learn the jobs of
-one failing node, two ways in the same run, each in a fresh child Python (its own ru_maxrss,
-both importing the same bridge modules first):
+one failing node, two ways in the same run, each in a fresh child Python (its own peak, VmHWM),
+both importing the same bridge modules first:
 
 * ``json`` (the baseline: the bridge's read before): ``squeue --json --nodelist=<node>`` decoded
   whole, then the node's jobs kept. 22.05's ``--json`` ignores every filter and prints every job
@@ -42,17 +42,22 @@ JOB_NAME = "skb-bench-queued"
 NODE = "cpu-15"
 NOTE = (
     f"Failure-path job read: the jobs of one failing node ({NODE}) with N jobs held in the real "
-    "slurmctld of the ground's series; peak RSS of a child Python (ru_maxrss) and bytes squeue "
+    "slurmctld of the ground's series; peak RSS of a child Python (VmHWM) and bytes squeue "
     "printed; baseline: `squeue --json --nodelist=` decoded whole, the read before issue 29 "
     "item 12 (22.05's --json ignores the filter)."
 )
 
 #: The child's common part: the same imports either way, so the RSS difference is the read's.
 _PRELUDE = """
-import json, os, resource, subprocess, sys
+import json, os, subprocess, sys
 from bridge.adapters.slurm.cli import SlurmCli
 from bridge.domain.hostlist import expand
 bin_dir, conf, node = sys.argv[1:4]
+def peak_kib():
+    # VmHWM: this process image's own peak (ru_maxrss keeps the forking parent's across exec).
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
 """
 _JSON_READ = (
     _PRELUDE
@@ -62,7 +67,7 @@ out = subprocess.run([bin_dir + "/squeue", "--json", "--nodelist=" + node],
 doc = json.loads(out)
 jobs = [j for j in doc["jobs"] if node in expand(j.get("nodes") or "")]
 print(json.dumps({"bytes": len(out), "listed": len(doc["jobs"]), "jobs": len(jobs),
-                  "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+                  "maxrss_kib": peak_kib()}))
 """
 )
 _LINES_READ = (
@@ -77,7 +82,7 @@ def counting(self, argv):
 SlurmCli._run_once = counting
 jobs = SlurmCli(bin_dir, conf=conf).jobs_on_nodes([node])
 print(json.dumps({"bytes": sum(read), "listed": len(jobs), "jobs": len(jobs),
-                  "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+                  "maxrss_kib": peak_kib()}))
 """
 )
 
@@ -98,13 +103,17 @@ def _submit(sbatch: str, conf: str, count: int) -> int:
     """``count`` held jobs, four sbatch at a time; returns how many Slurm took."""
 
     def one(_: int) -> bool:
-        done = subprocess.run(
-            [sbatch, "--hold", "-p", "cpu", "-J", JOB_NAME, "-o", "/dev/null", "--wrap", "true"],
-            capture_output=True,
-            env={**os.environ, "SLURM_CONF": conf},
-            check=False,
-            timeout=60,
-        )
+        argv = [sbatch, "--hold", "-p", "cpu", "-J", JOB_NAME, "-o", "/dev/null", "--wrap", "true"]
+        try:
+            done = subprocess.run(
+                argv,
+                capture_output=True,
+                env={**os.environ, "SLURM_CONF": conf},
+                check=False,
+                timeout=60,
+            )
+        except subprocess.TimeoutExpired:
+            return False  # sbatch waits for room when MaxJobCount is reached
         return done.returncode == 0
 
     taken = 0
@@ -114,6 +123,25 @@ def _submit(sbatch: str, conf: str, count: int) -> int:
             if index % 1000 == 0:
                 progress(f"{index:,}/{count:,} jobs submitted")
     return taken
+
+
+def _room(bin_dir: str, conf: str) -> int:
+    """Job records slurmctld takes before MaxJobCount (finished jobs count for MinJobAge: a
+    second run right after the first finds fewer), less a margin for the ground's own jobs."""
+    env = {**os.environ, "SLURM_CONF": conf}
+    shown = subprocess.run(
+        [f"{bin_dir}/scontrol", "show", "config"], capture_output=True, text=True, env=env,
+        check=True, timeout=60,
+    ).stdout  # fmt: skip
+    limit = next(
+        (int(line.split("=")[1]) for line in shown.splitlines() if line.startswith("MaxJobCount")),
+        10_000,
+    )
+    records = subprocess.run(
+        [f"{bin_dir}/squeue", "--noheader", "--states=all", "--format=%i"],
+        capture_output=True, text=True, env=env, check=True, timeout=120,
+    ).stdout.split()  # fmt: skip
+    return max(0, limit - len(records) - 100)
 
 
 def _read(how: str, code: str, bin_dir: str, conf: str) -> Read:
@@ -138,10 +166,13 @@ def measure(jobs: int) -> tuple[int, list[Read]]:
         ground.up(layout)
     programs = ground_programs(layout)
     bin_dir, conf = str(programs.bin_dir), str(layout.slurm_conf)
+    room = _room(bin_dir, conf)
+    if room < jobs:
+        progress(f"only {room:,} job records free under MaxJobCount: queueing {room:,}")
     started = time.monotonic()
-    queued = _submit(str(programs.bin_dir / "sbatch"), conf, jobs)
-    progress(f"{queued:,} jobs held in {time.monotonic() - started:.0f}s")
     try:
+        queued = _submit(str(programs.bin_dir / "sbatch"), conf, min(jobs, room))
+        progress(f"{queued:,} jobs held in {time.monotonic() - started:.0f}s")
         reads = []
         for _ in range(2):
             reads.append(_read("json", _JSON_READ, bin_dir, conf))
