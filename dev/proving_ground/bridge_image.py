@@ -22,6 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from . import bridge_install
 from .images import (
     ImageRecipe,
     _layer_from_tree,
@@ -73,16 +74,13 @@ def _recipe_dir() -> Path:
 
 
 def _package_files(root: Path) -> list[Path]:
-    files = [root / "pyproject.toml"]
-    files += sorted(p for p in (root / "bridge").rglob("*") if p.is_file() and _source(p))
+    """What goes into the image from the checkout: the wheel's files (as the ground's own
+    install digests them) and the hooks copied beside it."""
+    files = [root / relative for relative in bridge_install.wheel_sources(root)]
     files += sorted(
         p for p in (root / "slurm_plugins").iterdir() if p.is_file() and p.name not in _LOCAL_ONLY
     )
-    return files
-
-
-def _source(path: Path) -> bool:
-    return "__pycache__" not in path.parts and path.suffix in {".py", ".pyi", ".typed"}
+    return sorted(set(files))
 
 
 def bridge_recipe() -> ImageRecipe:
@@ -101,22 +99,13 @@ def archive_path(layout: Layout, digest: str | None = None) -> Path:
     return layout.images / f"bridge-{digest or bridge_recipe().digest()}.tar"
 
 
-def _build_wheels(out: Path, scratch: Path, python_version: str) -> None:
-    """The package's wheel, built on the host, and its dependencies' wheels for the image's
-    CPython ``python_version`` (``3.13``), fetched on the host (which has PyPI)."""
-    source = scratch / "source"
-    source.mkdir()
-    root = repo_root()
-    # A copy, so that setuptools' build/ and egg-info never land in the checkout.
-    shutil.copy(root / "pyproject.toml", source)
-    if (root / "README.md").exists():
-        shutil.copy(root / "README.md", source)
-    shutil.copytree(
-        root / "bridge", source / "bridge", ignore=shutil.ignore_patterns("__pycache__")
-    )
+def _build_wheels(out: Path, python_version: str) -> None:
+    """The package's wheel, built on the host as the ground's own install builds it, and its
+    dependencies' wheels for the image's CPython ``python_version`` (``3.14``), fetched on the
+    host (which has PyPI)."""
+    out.mkdir(parents=True, exist_ok=True)
+    wheel = bridge_install.build_wheel(repo_root(), out)
     pip = [sys.executable, "-m", "pip"]
-    run([*pip, "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(source)])
-    (wheel,) = out.glob("slurm_k8s_bridge-*.whl")
     # With --platform pip takes exactly the tags given (no older glibc's): the manylinux
     # generations that wheels carry, all older than any suite's glibc here.
     machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(host_arch(), host_arch())
@@ -241,7 +230,7 @@ def _build_bridge_archive(layout: Layout, reference: str, out: Path) -> None:
         debootstrap(root, _recipe_dir() / "packages.txt", suite_for(SLURM_SERIES))
         python_version = _image_python_version(root)
         log.info("building wheels of the bridge and its dependencies for Python %s", python_version)
-        _build_wheels(wheels, scratch, python_version)
+        _build_wheels(wheels, python_version)
         _install_offline(root, wheels)
         drop_apt_caches(root)
         _add_users_and_directories(root)
