@@ -59,6 +59,7 @@ TABLE='
 /usr/bin/podman-compose            podman-compose
 /usr/bin/buildah                   buildah       # images by hand (podman Recommends it)
 /usr/bin/catatonit                 catatonit     # the pause image; podman only Recommends it
+/usr/bin/systemd-tmpfiles          systemd       # the shipped tmpfiles.d file, run under --root
 '
 rows() { sed -e 's/#.*//' -e '/^[[:space:]]*$/d' <<<"$TABLE"; }
 

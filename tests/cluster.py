@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from proving_ground.bridge_daemon import BRIDGE_SOCKET, metrics_url, start_bridge
+from proving_ground.layout import JOB_USER
 from proving_ground.processes import State, stop_daemon
 from proving_ground.slurm import ground_programs, start_slurm
 
@@ -141,6 +142,16 @@ def wait_pod_ips(pg: ProvingGround, names: list[str], timeout: float = 30) -> di
 def submit(pg: ProvingGround, *args: str) -> int:
     out = pg.slurm("sbatch", "--parsable", *args)
     return int(out.strip().split(";")[0])
+
+
+def submit_as_job_user(pg: ProvingGround, *args: str) -> int:
+    """``sbatch`` as the ground's job user (not root, as a site's users submit)."""
+    submitted = subprocess.run(
+        ["runuser", "-u", JOB_USER, "--", "sbatch", "--parsable", *args],
+        env=pg.env, capture_output=True, text=True, timeout=60, check=False, cwd="/tmp",
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    return int(submitted.stdout.strip().split(";")[0])
 
 
 def job_state(pg: ProvingGround, job: int) -> str:

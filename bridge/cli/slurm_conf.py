@@ -98,6 +98,7 @@ def render_slurm_conf(args: argparse.Namespace, config: BridgeConfig) -> int:
     from bridge.domain import slurm_conf as sc
 
     slurm = config.slurm
+    _refuse_clashes(args, config)
     programs = _hook_programs(args)
     live: dict[str, str] | None = None
     if args.check or args.slurmctld_parameters is None or not args.slurm_version:
@@ -153,9 +154,63 @@ def render_slurm_conf(args: argparse.Namespace, config: BridgeConfig) -> int:
                 file=sys.stderr,
             )
     if not args.check:
-        print(text, end="")
+        if args.output:
+            write_atomically(Path(args.output), text)
+        else:
+            print(text, end="")
         return 0
     return _report_check(sc.diff_globals(sc.rendered_globals(text), live or {}), args.allow_change)
+
+
+def _refuse_clashes(args: argparse.Namespace, config: BridgeConfig) -> None:
+    """Refuse pools whose partition or node names the site's slurm.conf (or a file it
+    Includes, the bridge's fragment aside) defines already: slurmctld would not start."""
+    from bridge.adapters.slurm.conf_files import read_site_names, slurm_conf_path
+    from bridge.domain.site_names import clashes
+
+    path = slurm_conf_path(args.site_conf or config.slurm.conf)
+    if not args.site_conf and not args.check and not path.exists():
+        print(
+            f"slurm-k8s-bridge render-slurm-conf: warning: {path} does not exist, so the pools' "
+            "names are not compared with the site's; give the site's slurm.conf with --site-conf",
+            file=sys.stderr,
+        )
+        return
+    found = clashes(config.pools, read_site_names(path))
+    if found:
+        raise BridgeError(
+            "the pools reuse names the site defines, and slurmctld refuses a name defined "
+            "twice:\n  "
+            + "\n  ".join(map(str, found))
+            + "\ngive each pool a partition and nodes of its own (users may ask for both: "
+            "sbatch -p site,k8s)"
+        )
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """``text`` into ``path`` through a temporary file beside it, renamed over it: slurmctld
+    (or a crash) never sees a partial or empty file, and a failed render leaves the old one.
+    The old file's mode is kept (0644 for a new one)."""
+    import tempfile
+
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        mode = 0o644
+    try:
+        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as e:
+        raise BridgeError(f"--output {path}: cannot write beside it: {e.strerror}") from e
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except OSError as e:
+        Path(temporary).unlink(missing_ok=True)
+        raise BridgeError(f"--output {path}: {e.strerror}") from e
 
 
 def _report_check(changes: Sequence[GlobalChange], allow_change: Sequence[str]) -> int:
@@ -187,7 +242,8 @@ only these globals: ResumeProgram, SuspendProgram, ResumeFailProgram, SlurmctldP
 (the site's list plus enable_configless, idle_on_node_suspend and, on 22.05, cloud_reg_addrs)
 and GresTypes when a pool has Gres (the site's types plus the pools'). Every other global is
 written only when its option is given (PrologSlurmctld with --job-ready-prolog: recommended).
---check names every global the render would change.
+--check names every global the render would change. A pool whose partition or node name the
+site's slurm.conf already defines is refused (slurmctld would stop on the duplicate).
 
 Timeouts for pods behind a cluster autoscaler: a node must register before ResumeTimeout, so
   --resume-timeout > schedule_timeout_s (the pool's autoscaler patience)
@@ -209,6 +265,20 @@ def add_render_parser(
         description=RENDER_DESCRIPTION,
     )
     p.add_argument("-c", "--config", help="the bridge's YAML configuration")
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write the lines to FILE (through a temporary file renamed over it: never partial "
+        "or empty, and left as it was when the render fails) instead of printing them",
+    )
+    p.add_argument(
+        "--site-conf",
+        metavar="SLURM_CONF",
+        help="the site's slurm.conf, whose NodeName/PartitionName entries (and its Includes', "
+        "the bridge's fragment aside) the pools must not reuse (default: the configuration's "
+        "slurm.conf, else $SLURM_CONF, else /etc/slurm/slurm.conf)",
+    )
     p.add_argument(
         "--hooks-dir",
         help="directory holding resume, suspend and resume_fail (default: this install's "

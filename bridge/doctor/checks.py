@@ -220,6 +220,25 @@ def check_slurm(nodes: Sequence[SlurmNode], pool_nodes: Sequence[str]) -> Check:
     return Check(Status.PASS, "slurm", cause)
 
 
+def check_site_names(path: str, clashes: Sequence[str], error: str = "") -> Check:
+    """Whether the pools reuse partition or node names the site's slurm.conf defines."""
+    if error:
+        return Check(
+            Status.WARN,
+            "site names",
+            f"not compared with the site's slurm.conf: {error}",
+            "set slurm.conf in the bridge's configuration to the site's slurm.conf",
+        )
+    if clashes:
+        return Check(
+            Status.FAIL,
+            "site names",
+            "; ".join(clashes) + " (slurmctld refuses a name defined twice)",
+            "give each pool a partition and nodes of its own, then render-slurm-conf again",
+        )
+    return Check(Status.PASS, "site names", f"no pool reuses a name {path} defines")
+
+
 def check_hook_program(key: str, path: str, exists: bool, executable: bool) -> Check:
     name = key
     if not path:

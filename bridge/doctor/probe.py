@@ -18,6 +18,7 @@ from typing import Any, Final
 from bridge.adapters.kubernetes import PodGateway
 from bridge.adapters.kubernetes.dry_run import dry_run_create_pod
 from bridge.adapters.slurm.cli import SlurmCli, read_slurm_user
+from bridge.adapters.slurm.conf_files import read_site_names, slurm_conf_path
 from bridge.doctor.checks import (
     CORDON_ACCESS,
     HOOK_KEYS,
@@ -33,6 +34,7 @@ from bridge.doctor.checks import (
     check_python,
     check_rbac,
     check_route,
+    check_site_names,
     check_slurm,
     check_socket,
     key_secret,
@@ -54,6 +56,7 @@ from bridge.domain.nodes import SlurmNode
 from bridge.domain.pod_rendering import render_pod
 from bridge.domain.pods import PodView
 from bridge.domain.pools import NodePool
+from bridge.domain.site_names import clashes
 from bridge.errors import BackendError, BridgeError, Forbidden
 from bridge.settings import BridgeConfig
 
@@ -223,7 +226,7 @@ def _slurm_checks(config: BridgeConfig) -> list[Check]:
             )
         ]
     pool_nodes = [name for pool in config.pools for name in pool.node_names]
-    checks = [check_slurm(nodes, pool_nodes)]
+    checks = [check_slurm(nodes, pool_nodes), _site_names_check(config)]
     checks.append(_write_check(cli, nodes, pool_nodes, settings, s.conf))
     checks += _series_checks(config, cli, settings)
     for key in HOOK_KEYS:
@@ -259,6 +262,15 @@ def _write_check(
         except BridgeError as e:
             error = e
     return check_slurm_write(node, _user_name(os.geteuid()), _slurm_user(settings, conf), error)
+
+
+def _site_names_check(config: BridgeConfig) -> Check:
+    path = slurm_conf_path(config.slurm.conf)
+    try:
+        found = clashes(config.pools, read_site_names(path))
+    except BridgeError as e:
+        return check_site_names(str(path), [], str(e))
+    return check_site_names(str(path), [str(c) for c in found])
 
 
 def _user_name(uid: int) -> str:

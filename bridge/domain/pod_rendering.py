@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 
 from bridge.domain.pods import (
+    ANNOTATION_CREATE_ID,
     CONDITION_REGISTERED,
     LABEL_CLUSTER,
     LABEL_MANAGED_BY,
@@ -410,6 +411,11 @@ def _metadata_problems(metadata: object) -> list[tuple[Path, str]]:
     for key in labels if isinstance(labels, Mapping) else ():
         if key in _OWN_LABELS:
             problems.append((("metadata", "labels", key), "the bridge sets this label"))
+    annotations = metadata.get("annotations")
+    if isinstance(annotations, Mapping) and ANNOTATION_CREATE_ID in annotations:
+        problems.append(
+            (("metadata", "annotations", ANNOTATION_CREATE_ID), "the bridge sets this annotation")
+        )
     return problems
 
 

@@ -23,6 +23,9 @@ LABEL_SLURM_STATE = "slurm-k8s-bridge.io/slurm-state"
 #: not an annotation, for the same reason Deployments label ``pod-template-hash``: ``kubectl get
 #: pods -L`` shows it and ``-l`` finds the pods still on an older template during a rollout.
 LABEL_TEMPLATE_HASH = "slurm-k8s-bridge.io/template-hash"
+#: A random id each create of the bridge carries (``bridge.adapters.kubernetes.provenance``): the
+#: pod that shows the id last sent for its name is the one this bridge created.
+ANNOTATION_CREATE_ID = "slurm-k8s-bridge.io/create-id"
 #: The pod condition (and readiness gate) that is True once the node's slurmd registered.
 CONDITION_REGISTERED = "slurm-k8s-bridge.io/registered"
 #: The container the bridge renders into every pod; only its end ends the node (sidecars may end).
@@ -97,6 +100,8 @@ class PodView:
     #: When this bridge first saw the pod, by its own clock (the watch's cache sets it; None:
     #: read directly). ``created_at`` is the API server's clock.
     first_seen: datetime | None = None
+    #: The :data:`ANNOTATION_CREATE_ID` it was created with ("" when none).
+    create_id: str = ""
 
     @property
     def is_running(self) -> bool:
@@ -192,6 +197,7 @@ def pod_view(manifest: Mapping[str, Any]) -> PodView:
     """Build a :class:`PodView` from a pod manifest (API JSON, camelCase keys)."""
     metadata = manifest.get("metadata") or {}
     labels = metadata.get("labels") or {}
+    annotations = metadata.get("annotations") or {}
     status = manifest.get("status") or {}
     spec = manifest.get("spec") or {}
     deletion = metadata.get("deletionTimestamp")
@@ -218,4 +224,5 @@ def pod_view(manifest: Mapping[str, Any]) -> PodView:
         slurm_state=str(labels.get(LABEL_SLURM_STATE) or ""),
         registered=_registered(status),
         template_hash=str(labels.get(LABEL_TEMPLATE_HASH) or ""),
+        create_id=str(annotations.get(ANNOTATION_CREATE_ID) or ""),
     )

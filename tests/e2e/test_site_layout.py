@@ -18,7 +18,7 @@ from proving_ground.bridge_daemon import SHARED_DIR
 from proving_ground.layout import BRIDGE_USER, JOB_USER, SLURM_USER
 from proving_ground.slurm import STATIC_NODE, fragment_path
 
-from tests.cluster import bridge_pid, job_finished, wait_for
+from tests.cluster import bridge_pid, job_finished, submit_as_job_user, wait_for
 from tests.conftest import ProvingGround, Use
 
 pytestmark = [pytest.mark.e2e]
@@ -59,20 +59,11 @@ def test_the_site_slurm_conf_includes_the_rendered_fragment_and_serves_a_static_
     assert config["TaskPlugin"].startswith("task/cgroup"), config["TaskPlugin"]
 
 
-def _submit_as_job_user(pg: ProvingGround, *args: str) -> int:
-    submitted = subprocess.run(
-        ["runuser", "-u", JOB_USER, "--", "sbatch", "--parsable", *args],
-        env=pg.env, capture_output=True, text=True, timeout=60, check=False, cwd="/tmp",
-    )  # fmt: skip
-    assert submitted.returncode == 0, submitted.stderr
-    return int(submitted.stdout.strip().split(";")[0])
-
-
 def test_a_job_user_s_job_runs_on_the_static_node_too(proving_ground: ProvingGround) -> None:
     pg = proving_ground
     out = SHARED_DIR / f"site-static-{os.getpid()}.out"
     out.unlink(missing_ok=True)
-    job = _submit_as_job_user(
+    job = submit_as_job_user(
         pg, "-p", "static", "-N1", f"--output={out}", "--chdir=/tmp", "--wrap", "id -u; hostname"
     )
     assert wait_for(f"job {job} to finish", lambda: job_finished(pg, job), 120, every=1) == (
@@ -138,7 +129,7 @@ def job_user_cycle(pg: ProvingGround, node: str) -> list[str]:
         "cg=$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup); echo \"cgroup=$cg\"; "
         'echo "limit=$(cat "/sys/fs/cgroup/memory${cg%%/step_*}/memory.limit_in_bytes")"'
     )
-    job = _submit_as_job_user(
+    job = submit_as_job_user(
         pg, "-p", "cpu", "-N1", "-w", node, "--mem=100M", f"--output={out}", "--chdir=/tmp",
         "--wrap", script,
     )  # fmt: skip

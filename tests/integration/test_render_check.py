@@ -1,5 +1,6 @@
-"""`render-slurm-conf --check` against the proving ground's running slurmctld (22.05): it names
-every global the render would change and fails unless each is listed (issue 8)."""
+"""`render-slurm-conf --check` against the proving ground's running slurmctld: it names every
+global the render would change and fails unless each is listed (issue 8), and it refuses pools
+that reuse the site's names (issue 30)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
+from proving_ground.slurm import STATIC_NODE, fragment_path
 
 from tests.conftest import ProvingGround
 
@@ -86,3 +89,35 @@ def test_check_of_the_grounds_own_render_changes_nothing(proving_ground: Proving
     done = check(proving_ground)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout == "render-slurm-conf --check: no global would change\n"
+
+
+def test_pools_reusing_the_site_s_names_are_refused_and_nothing_is_written(
+    proving_ground: ProvingGround, tmp_path: Path
+) -> None:
+    """Issue 30 item 1: a pool named like the ground's static partition, whose nodes include
+    the static node, would stop slurmctld at its next reconfigure (`duplicate entry for
+    partition`, `Duplicated NodeName`). The render and --check refuse it, naming each clash,
+    and the fragment slurmctld reads is left byte for byte."""
+    pg = proving_ground
+    config = yaml.safe_load(CONFIG.read_text())
+    cpu = next(p for p in config["pools"] if p["name"] == "cpu")
+    config["pools"].append({**cpu, "name": "static", "nodes": "static-[0-1]"})
+    del config["pools"][-1]["partition"]  # the partition defaults to the pool's name
+    clashing = tmp_path / "bridge.yaml"
+    clashing.write_text(yaml.safe_dump(config, sort_keys=False))
+    fragment = fragment_path(pg.layout)
+    before = fragment.read_bytes()
+    site = pg.layout.slurm_conf
+    for extra in (["--check"], ["--output", str(fragment)]):
+        done = subprocess.run(
+            [sys.executable, "-m", "bridge.cli.main", "render-slurm-conf", "-c", str(clashing),
+             *extra],
+            env=pg.env, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert f"pool static: partition static is already defined in {site}" in done.stderr
+        assert f"pool static: node {STATIC_NODE} is already defined in {site}" in done.stderr
+        assert "static-1 is" not in done.stderr
+        assert done.stdout == ""
+    assert fragment.read_bytes() == before
+    assert "UP" in pg.slurm("scontrol", "ping")

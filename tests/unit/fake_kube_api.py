@@ -13,6 +13,9 @@ When the script runs out the next watch is quiet: it sets ``drained`` and blocks
 
 Writes (creates, Events) go out on the client's own connection pool, not through a generated
 method, so ``FakeApiServer`` serves them over HTTP on a loopback port instead.
+
+``pod`` makes a pod manifest; ``labels`` (the bridge's, for a node) and ``create_id`` (the
+annotation of a create the bridge sent) are what ``PodProvenance`` goes by.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -30,6 +33,7 @@ from kubernetes import client as k8s
 
 from bridge.adapters.kubernetes import PodGateway
 from bridge.adapters.kubernetes.gateway import CONCURRENCY
+from bridge.domain.pods import ANNOTATION_CREATE_ID, LABEL_CLUSTER, LABEL_MANAGED_BY, LABEL_NODE
 
 Session = BaseException | Sequence[bytes | BaseException]
 
@@ -42,23 +46,38 @@ def line(event: object) -> bytes:
     return json.dumps(event).encode() + b"\n"
 
 
-def pod(name: str, version: str = "100") -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": "slurm",
-            "uid": f"uid-{name}",
-            "resourceVersion": version,
-            "creationTimestamp": "2026-12-02T12:00:00Z",
-        },
-        "status": {"phase": "Pending"},
+def pod(
+    name: str,
+    version: str = "100",
+    *,
+    uid: str = "",
+    labels: Mapping[str, str] | None = None,
+    create_id: str = "",
+) -> dict[str, Any]:
+    """A pod as the API server has it (UID ``uid-<name>`` unless given); without ``labels``
+    its node is its name (see ``pod_view``)."""
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": "slurm",
+        "uid": uid or f"uid-{name}",
+        "resourceVersion": version,
+        "creationTimestamp": "2026-12-02T12:00:00Z",
     }
+    if labels is not None:
+        metadata["labels"] = dict(labels)
+    if create_id:
+        metadata["annotations"] = {ANNOTATION_CREATE_ID: create_id}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "status": {"phase": "Pending"}}
 
 
-def event(kind: str, name: str, version: str = "100") -> bytes:
-    return line({"type": kind, "object": pod(name, version)})
+def ours(node: str) -> dict[str, str]:
+    """The labels the bridge (cluster ``lab``) puts on the pod of ``node``."""
+    return {LABEL_MANAGED_BY: "slurm-k8s-bridge", LABEL_CLUSTER: "lab", LABEL_NODE: node}
+
+
+def event(kind: str, name: str, version: str = "100", **fields: Any) -> bytes:
+    """A watch event of ``pod(name, version, **fields)``."""
+    return line({"type": kind, "object": pod(name, version, **fields)})
 
 
 def bookmark(version: str) -> bytes:
@@ -220,17 +239,66 @@ def status_answer(code: int, reason: str, message: str, *headers: tuple[str, str
     return Answer(code, json.dumps(status(code, reason, message)).encode(), headers)
 
 
+def json_answer(doc: object) -> Answer:
+    """200 with ``doc`` as its JSON body (a pod read, a list)."""
+    return Answer(200, json.dumps(doc).encode())
+
+
+def pod_list(*pods: dict[str, Any], version: str = "1") -> Answer:
+    """A list's answer (one page): ``pods`` at ``resourceVersion`` ``version``."""
+    return json_answer({"kind": "PodList", "metadata": {"resourceVersion": version}, "items": pods})
+
+
+def watch_answer(*events: bytes) -> Answer:
+    """A watch's answer: the event lines, then the end of the stream (the server's timeout)."""
+    return Answer(200, b"".join(events))
+
+
+#: An answer made when its request comes, from the requests so far (that request last).
+Answering = Callable[[Sequence[Request]], Answer]
+
+
+def stored(requests: Sequence[Request], name: str, uid: str) -> dict[str, Any] | None:
+    """The pod the last create of ``name`` in ``requests`` (a ``POST``) sent, as the API server
+    stores it: the manifest sent, create id and all, with ``uid``; None when none was sent."""
+    for request in reversed(requests):
+        if request.method != "POST" or not request.path.endswith("/pods"):
+            continue
+        sent = json.loads(request.body)
+        if sent["metadata"]["name"] == name:
+            metadata = pod(name, uid=uid)["metadata"]
+            metadata.update(sent["metadata"], uid=uid)
+            return {**sent, "metadata": metadata, "status": {"phase": "Pending"}}
+    return None
+
+
+def as_created(uid: str) -> Answering:
+    """A read (``GET .../pods/<name>``) answered with the pod the last create of that name
+    sent, as the API server stored it with ``uid`` (see :func:`stored`); 404 when no create
+    of that name came."""
+
+    def answer(requests: Sequence[Request]) -> Answer:
+        name = requests[-1].path.split("?", maxsplit=1)[0].rsplit("/", maxsplit=1)[-1]
+        manifest = stored(requests[:-1], name, uid)
+        if manifest is None:
+            return status_answer(404, "NotFound", f'pods "{name}" not found')
+        return json_answer(manifest)
+
+    return answer
+
+
 class FakeApiServer:
     """A real HTTP server on 127.0.0.1 that the real client library talks to.
 
     Each request takes the next scripted :class:`Answer` for its method and path (``"POST
-    /api/v1/namespaces/slurm/pods"``) or, once those run out, ``default`` (201 ``{}``).
+    /api/v1/namespaces/slurm/pods"``) or, once those run out, ``default`` (201 ``{}``); a
+    scripted :data:`Answering` makes its answer when the request comes.
     ``hold`` (when set) keeps every answer waiting until it is released: a slow API server.
     """
 
     def __init__(self) -> None:
         self.requests: list[Request] = []
-        self.script: dict[str, deque[Answer]] = {}
+        self.script: dict[str, deque[Answer | Answering]] = {}
         self.default = Answer(201)
         self.hold: threading.Event | None = None
         self._lock = threading.Lock()
@@ -281,12 +349,13 @@ class FakeApiServer:
         with self._lock:
             self.requests.append(Request(method, path, headers, body, time.monotonic()))
             queued = self.script.get(f"{method} {path.split('?', maxsplit=1)[0]}")
-            answer = queued.popleft() if queued else self.default
+            scripted = queued.popleft() if queued else self.default
+            answer = scripted if isinstance(scripted, Answer) else scripted(list(self.requests))
         if self.hold is not None:
             self.hold.wait(10)
         return answer
 
-    def answer(self, method_and_path: str, *answers: Answer) -> None:
+    def answer(self, method_and_path: str, *answers: Answer | Answering) -> None:
         """Script the next answers to ``method_and_path`` (``"POST /api/v1/..."``)."""
         self.script.setdefault(method_and_path, deque()).extend(answers)
 

@@ -812,3 +812,24 @@ def test_pod_admission(
     assert check.cause.startswith("pool cpu: the pod of cpu-0")
     assert cause in check.cause
     assert fix in check.fix
+
+
+@pytest.mark.parametrize(
+    ("clashes", "error", "status", "said"),
+    [
+        ([], "", Status.PASS, "no pool reuses a name /etc/slurm/slurm.conf defines"),
+        (
+            ["pool cpu: partition cpu is already defined in /etc/slurm/slurm.conf"],
+            "",
+            Status.FAIL,
+            "pool cpu: partition cpu is already defined in /etc/slurm/slurm.conf (slurmctld",
+        ),
+        ([], "cannot read /etc/slurm/slurm.conf (Permission denied)", Status.WARN, "not compared"),
+    ],
+)
+def test_site_names_fail_on_a_name_the_site_defines(
+    clashes: list[str], error: str, status: Status, said: str
+) -> None:
+    check = doctor.check_site_names("/etc/slurm/slurm.conf", clashes, error)
+    assert check.status is status
+    assert check.cause.startswith(said), check.cause

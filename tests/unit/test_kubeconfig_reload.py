@@ -239,7 +239,7 @@ def test_the_first_load_failing_is_a_backend_error_naming_the_file(tmp_path: Pat
         pytest.param(
             f"POST {PODS}", lambda g: g.create_pod({"metadata": {"name": "cpu-0"}}), id="create"
         ),
-        pytest.param(f"DELETE {PODS}/cpu-0", lambda g: g.delete_pod("cpu-0"), id="delete"),
+        pytest.param(f"DELETE {PODS}/cpu-0", lambda g: g.delete_pod("cpu-0", "uid-0"), id="delete"),
         pytest.param("GET /api/v1/nodes", lambda g: g.list_cordoned_nodes(), id="cordoned-nodes"),
     ],
 )

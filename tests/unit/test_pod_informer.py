@@ -4,13 +4,19 @@
 list, then each event; bookmarks and clean ends resume the watch, a 410 relists and replaces the
 cache whole. ``Snapshots`` (the reconciler as the watcher sees it) writes down what the cache
 held at every poke, which is when the reconciler would read it.
+
+The first list adopts its pods; a pod that comes later is the bridge's when it carries the
+create id the bridge sent for it (``sent``), else the cache never holds it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import re
 import time
+from collections import deque
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -51,11 +57,44 @@ class Snapshots:
         self.journal.append(f"cache {','.join(sorted(p.name for p in pods)) or '-'} @{version}")
 
 
+def sent(name: str) -> str:
+    """In a table, the create id the gateway sent when it created pod ``name``: ``run`` has
+    the gateway make one, as ``create_pod`` does, and puts it in its place."""
+    return f"<create id sent for {name}>"
+
+
+SENT = re.compile(rb"<create id sent for ([^>]+)>")
+
+
+def send_create_ids(pods: PodGateway, api: FakeCoreApi) -> None:
+    """``pods`` creates the pods whose ``sent`` appears in ``api``'s script (each gets a
+    create id from the gateway's provenance), and the script's pods carry those ids."""
+    ids: dict[bytes, bytes] = {}
+
+    def create_id(found: re.Match[bytes]) -> bytes:
+        name = found.group(1)
+        if name not in ids:
+            ids[name] = pods.provenance.new_create_id(name.decode()).encode()
+        return ids[name]
+
+    api.sessions = deque(
+        session
+        if isinstance(session, BaseException)
+        else [SENT.sub(create_id, c) if isinstance(c, bytes) else c for c in session]
+        for session in api.sessions
+    )
+    api.list_script = deque(
+        json.loads(SENT.sub(create_id, json.dumps(listed).encode())) for listed in api.list_script
+    )
+
+
 def run(api: FakeCoreApi) -> tuple[PodCache, list[str]]:
     """A watcher through ``api``'s script until its watch is quiet; the cache and journal."""
     cache = PodCache()
+    pods = PodGateway(api, namespace="slurm", cluster_name="lab")
+    send_create_ids(pods, api)
     watcher = PodWatcher(
-        PodGateway(api, namespace="slurm", cluster_name="lab"),
+        pods,
         Snapshots(cache, api.journal),
         cache=cache,
         watch_timeout_s=5,
@@ -77,7 +116,12 @@ def run(api: FakeCoreApi) -> tuple[PodCache, list[str]]:
     [
         pytest.param(
             [[pod("cpu-0", "1")]],
-            [[event("ADDED", "cpu-1", "5"), event("MODIFIED", "cpu-0", "6")]],
+            [
+                [
+                    event("ADDED", "cpu-1", "5", create_id=sent("cpu-1")),
+                    event("MODIFIED", "cpu-0", "6"),
+                ]
+            ],
             [
                 "list 1",
                 "cache cpu-0 @1",
@@ -89,6 +133,21 @@ def run(api: FakeCoreApi) -> tuple[PodCache, list[str]]:
                 "watch 6",  # a clean end resumes from the last event: no list
             ],
             id="list-then-events",
+        ),
+        pytest.param(
+            [[pod("cpu-0", "1")]],
+            [[event("ADDED", "cpu-1", "5"), event("MODIFIED", "cpu-0", "6")]],
+            [
+                "list 1",
+                "cache cpu-0 @1",
+                "watch 1",
+                "send ADDED cpu-1",
+                "cache cpu-0 @5",  # the bridge did not create it: not cached
+                "send MODIFIED cpu-0",
+                "cache cpu-0 @6",
+                "watch 6",
+            ],
+            id="a-pod-the-bridge-did-not-create-is-not-cached",
         ),
         pytest.param(
             [[pod("cpu-0", "1"), pod("cpu-1", "1")]],
@@ -105,7 +164,10 @@ def run(api: FakeCoreApi) -> tuple[PodCache, list[str]]:
         ),
         pytest.param(
             [[]],
-            [[event("ADDED", "cpu-0", "3"), bookmark("40")], [bookmark("90")]],
+            [
+                [event("ADDED", "cpu-0", "3", create_id=sent("cpu-0")), bookmark("40")],
+                [bookmark("90")],
+            ],
             [
                 "list 1",
                 "cache - @1",
@@ -120,7 +182,10 @@ def run(api: FakeCoreApi) -> tuple[PodCache, list[str]]:
             id="bookmarks-move-the-version-to-resume-from",
         ),
         pytest.param(
-            [[pod("cpu-0", "1"), pod("cpu-1", "1")], [pod("cpu-1", "2"), pod("cpu-2", "2")]],
+            [
+                [pod("cpu-0", "1"), pod("cpu-1", "1")],
+                [pod("cpu-1", "2"), pod("cpu-2", "2", create_id=sent("cpu-2"))],
+            ],
             [[event("MODIFIED", "cpu-0", "4"), GONE]],
             [
                 "list 1",

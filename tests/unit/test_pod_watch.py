@@ -276,7 +276,11 @@ def test_stop_ends_a_long_backoff_at_once(caplog: pytest.LogCaptureFixture) -> N
 
 
 def events_of(api: FakeCoreApi) -> list[str]:
-    return [f"{e.kind} {e.pod.name}" for e in gateway(api).watch("7", timeout_s=30)]
+    """The events the gateway's watch yields after its first list, which adopts the pods in
+    ``api.listed`` (a pod this bridge neither found there nor created shows as DELETED)."""
+    pods = gateway(api)
+    pods.list_pods()
+    return [f"{e.kind} {e.pod.name}" for e in pods.watch("7", timeout_s=30)]
 
 
 ADDED_0 = event("ADDED", "cpu-0")
@@ -305,6 +309,7 @@ ADDED_0 = event("ADDED", "cpu-0")
 )
 def test_watch_yields_the_pod_events(session: Session, expected: list[str]) -> None:
     api = FakeCoreApi([session])
+    api.listed = [pod("cpu-0")]
     assert events_of(api) == expected
     assert api.responses[0].closed and api.responses[0].released
 

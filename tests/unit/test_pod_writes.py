@@ -7,6 +7,7 @@ The real ``PodGateway`` and the real client library talk HTTP to ``FakeApiServer
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from typing import Any
@@ -22,29 +23,54 @@ from bridge.adapters.kubernetes.calls import (
     translate,
 )
 from bridge.adapters.kubernetes.events import EventRecorder, QueuedEvent
+from bridge.domain.pods import ANNOTATION_CREATE_ID
 from bridge.errors import (
     BackendError,
     Conflict,
     InvalidInput,
     TransientBackendError,
 )
-from tests.unit.fake_kube_api import Answer, FakeApiServer, gateway_to, status_answer
+from tests.unit.fake_kube_api import (
+    Answer,
+    Answering,
+    FakeApiServer,
+    as_created,
+    gateway_to,
+    json_answer,
+    ours,
+    pod,
+    pod_list,
+    status_answer,
+)
 
 PODS = "/api/v1/namespaces/slurm/pods"
 EVENTS = "/api/v1/namespaces/slurm/events"
+#: A create id: 16 random bytes in hex.
+CREATE_ID = re.compile(r"[0-9a-f]{32}")
 
 
 def manifest(name: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "labels": {"slurm-k8s-bridge.io/node": name}},
+        "metadata": {"name": name, "labels": ours(name)},
         "spec": {"containers": [{"name": "slurmd", "image": "localhost/slurmd:dev"}]},
     }
 
 
 def posts(api_server: FakeApiServer, path: str) -> list[Any]:
     return [r for r in api_server.requests if r.method == "POST" and r.path == path]
+
+
+def without_create_id(sent: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """A create's body without the create id the gateway adds (its only annotation here),
+    and that id."""
+    metadata = dict(sent["metadata"])
+    annotations = dict(metadata.pop("annotations"))
+    create_id = annotations.pop(ANNOTATION_CREATE_ID)
+    if annotations:
+        metadata["annotations"] = annotations
+    return {**sent, "metadata": metadata}, create_id
 
 
 # -- creates ------------------------------------------------------------------------------------
@@ -58,7 +84,9 @@ def test_a_create_sends_the_manifest_as_json_bytes_with_the_credentials(
     assert gateway_to(api_server, concurrency=8).create_pod(manifest("cpu-0")) is True
 
     (request,) = api_server.requests
-    assert json.loads(request.body) == manifest("cpu-0")
+    sent, create_id = without_create_id(json.loads(request.body))
+    assert sent == manifest("cpu-0")
+    assert CREATE_ID.fullmatch(create_id), create_id
     assert request.headers["content-type"] == "application/json"
     assert request.headers["authorization"] == "Bearer t0ken"
 
@@ -107,32 +135,64 @@ def test_only_transient_create_failures_are_retried(
     assert len(posts(api_server, PODS)) == requests
 
 
+CONFLICT = status_answer(409, "AlreadyExists", 'pods "cpu-0" exists')
+OUR_CPU_0 = pod("cpu-0", uid="u-1", labels=ours("cpu-0"))
+
+
 @pytest.mark.parametrize(
-    ("labels", "expected"),
+    ("listed", "creates", "existing", "expected"),
     [
         pytest.param(
-            {
-                "app.kubernetes.io/managed-by": "slurm-k8s-bridge",
-                "slurm-k8s-bridge.io/cluster": "lab",
-            },
+            [],
+            [status_answer(500, "InternalError", "etcd"), CONFLICT],
+            as_created("u-7"),
             False,
-            id="ours-exists-already",
+            id="ours-a-retry-whose-first-try-got-through",
         ),
-        pytest.param({"app": "someone-else"}, Conflict, id="not-ours"),
+        pytest.param(
+            [OUR_CPU_0],
+            [CONFLICT],
+            json_answer(OUR_CPU_0),
+            False,
+            id="ours-there-when-the-bridge-started",
+        ),
+        pytest.param(
+            [],
+            [CONFLICT],
+            json_answer(pod("cpu-0", uid="u-9", labels=ours("cpu-0"))),
+            Conflict,
+            id="our-labels-but-this-bridge-did-not-create-it",
+        ),
+        pytest.param(
+            [],
+            [CONFLICT],
+            json_answer(pod("cpu-0", labels={"app": "someone-else"})),
+            Conflict,
+            id="not-ours",
+        ),
     ],
 )
 def test_a_409_reads_the_pod_to_tell_ours_from_someone_elses(
-    api_server: FakeApiServer, labels: dict[str, str], expected: object
+    api_server: FakeApiServer,
+    listed: list[dict[str, Any]],
+    creates: list[Answer],
+    existing: Answer | Answering,
+    expected: object,
 ) -> None:
-    api_server.answer(f"POST {PODS}", status_answer(409, "AlreadyExists", 'pods "cpu-0" exists'))
-    existing = {"metadata": {"name": "cpu-0", "labels": labels}}
-    api_server.answer(f"GET {PODS}/cpu-0", Answer(200, json.dumps(existing).encode()))
+    """``listed``: the gateway's first list (what was there when the bridge started)."""
+    api_server.answer(f"GET {PODS}", pod_list(*listed))
+    api_server.answer(f"POST {PODS}", *creates)
+    api_server.answer(f"GET {PODS}/cpu-0", existing)
     pods = gateway_to(api_server, concurrency=8)
+    pods.list_pods()
     if expected is False:
         assert pods.create_pod(manifest("cpu-0")) is False
     else:
-        with pytest.raises(Conflict, match="exists and is not managed by the bridge"):
+        with pytest.raises(
+            Conflict, match="pod slurm/cpu-0 exists and this bridge did not create it"
+        ):
             pods.create_pod(manifest("cpu-0"))
+    assert [r.method for r in api_server.requests if r.path == f"{PODS}/cpu-0"] == ["GET"]
 
 
 def test_many_creates_go_out_in_parallel(api_server: FakeApiServer) -> None:
@@ -144,34 +204,60 @@ def test_many_creates_go_out_in_parallel(api_server: FakeApiServer) -> None:
     assert sorted(json.loads(r.body)["metadata"]["name"] for r in api_server.requests) == sorted(
         f"cpu-{n}" for n in range(40)
     )
+    sent = [without_create_id(json.loads(r.body))[1] for r in api_server.requests]
+    assert len(set(sent)) == 40, "each create has a create id of its own"
 
 
 # -- deletes ------------------------------------------------------------------------------------
 
 
+GONE = status_answer(404, "NotFound", 'pods "cpu-0" not found')
+
+
+def delete_options(**options: object) -> dict[str, object]:
+    return {"apiVersion": "v1", "kind": "DeleteOptions", **options}
+
+
 @pytest.mark.parametrize(
-    ("asked", "answer", "expected", "options"),
+    ("asked", "answers", "expected", "sent"),
     [
-        pytest.param(("", None), Answer(200), True, {}, id="deleted"),
         pytest.param(
-            ("u-1", 0),
-            Answer(200),
+            ("", None),
+            {"GET": as_created("u-7"), "DELETE": Answer(200)},
             True,
-            {"gracePeriodSeconds": 0, "preconditions": {"uid": "u-1"}},
+            [("GET", None), ("DELETE", delete_options(preconditions={"uid": "u-7"}))],
+            id="deleted-by-name-that-pod-only",
+        ),
+        pytest.param(
+            ("u-7", 0),
+            {"DELETE": Answer(200)},
+            True,
+            [("DELETE", delete_options(gracePeriodSeconds=0, preconditions={"uid": "u-7"}))],
             id="forced-that-pod-only",
         ),
         pytest.param(
             ("", None),
-            status_answer(404, "NotFound", 'pods "cpu-0" not found'),
+            {"GET": GONE},
             False,
-            {},
+            [("GET", None)],
+            id="gone-by-name",
+        ),
+        pytest.param(
+            ("u-7", None),
+            {"DELETE": GONE},
+            False,
+            [("DELETE", delete_options(preconditions={"uid": "u-7"}))],
             id="gone",
         ),
         pytest.param(
             ("u-1", None),
-            status_answer(409, "Conflict", "Precondition failed: UID in precondition: u-1"),
+            {
+                "DELETE": status_answer(
+                    409, "Conflict", "Precondition failed: UID in precondition: u-1"
+                )
+            },
             False,
-            {"preconditions": {"uid": "u-1"}},
+            [("DELETE", delete_options(preconditions={"uid": "u-1"}))],
             id="a-successor-is-left-alone",
         ),
     ],
@@ -179,17 +265,22 @@ def test_many_creates_go_out_in_parallel(api_server: FakeApiServer) -> None:
 def test_a_delete_sends_its_options_as_json_bytes(
     api_server: FakeApiServer,
     asked: tuple[str, int | None],
-    answer: Answer,
+    answers: dict[str, Answer | Answering],
     expected: bool,
-    options: dict[str, Any],
+    sent: list[tuple[str, dict[str, object] | None]],
 ) -> None:
-    """``asked``: the delete's UID precondition and grace period."""
-    api_server.answer(f"DELETE {PODS}/cpu-0", answer)
+    """The gateway created cpu-0 (the API server stored it as UID u-7), then deletes it.
+    ``asked``: the delete's UID precondition and grace period; by name (no UID), the gateway
+    reads the pod's UID first and makes the delete apply to that pod only. ``sent``: the
+    requests about cpu-0, with their bodies (a delete's DeleteOptions)."""
+    for method, answer in answers.items():
+        api_server.answer(f"{method} {PODS}/cpu-0", answer)
+    pods = gateway_to(api_server, concurrency=8)
+    assert pods.create_pod(manifest("cpu-0")) is True
     uid, grace = asked
-    assert gateway_to(api_server, concurrency=8).delete_pod("cpu-0", uid, grace) is expected
-    (request,) = api_server.requests
-    assert request.method == "DELETE"
-    assert json.loads(request.body) == {"apiVersion": "v1", "kind": "DeleteOptions", **options}
+    assert pods.delete_pod("cpu-0", uid, grace) is expected
+    requests = [r for r in api_server.requests if r.path == f"{PODS}/cpu-0"]
+    assert [(r.method, json.loads(r.body) if r.body else None) for r in requests] == sent
 
 
 def test_a_delete_that_keeps_failing_ends_within_its_budget(api_server: FakeApiServer) -> None:
@@ -200,7 +291,7 @@ def test_a_delete_that_keeps_failing_ends_within_its_budget(api_server: FakeApiS
     pods.delete_budget_s = 0.6
     started = time.monotonic()
     with pytest.raises(TransientBackendError, match="delete pod cpu-0: "):
-        pods.delete_pod("cpu-0")
+        pods.delete_pod("cpu-0", "u-1")
     assert time.monotonic() - started < 1.5
     # Retry-After (5 s) was cut to the budget: the first attempt and at most one more.
     assert 1 <= len(api_server.requests) <= 2

@@ -4,6 +4,7 @@ autoscaler's Events about them, and the access checks ``doctor`` makes."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -21,10 +22,12 @@ from bridge.adapters.kubernetes.credentials import KubeCredentials
 from bridge.adapters.kubernetes.drains import ensure_disruption_budget, list_cordoned_nodes
 from bridge.adapters.kubernetes.events import EVENT_SENDERS, EventRecorder, QueuedEvent
 from bridge.adapters.kubernetes.json_bytes import MERGE_PATCH, STRATEGIC_MERGE_PATCH, send_json
+from bridge.adapters.kubernetes.provenance import PodProvenance
 from bridge.adapters.kubernetes.scale_up import scale_up_event
 from bridge.adapters.kubernetes.watch import PodEvent, watch_pods
 from bridge.domain.pod_slurm_state import registered_condition
 from bridge.domain.pods import (
+    ANNOTATION_CREATE_ID,
     LABEL_CLUSTER,
     LABEL_MANAGED_BY,
     LABEL_SLURM_STATE,
@@ -82,6 +85,8 @@ class PodGateway:
         #: A delete (all its retries) ends within this: a suspend must answer well inside
         #: SuspendTimeout, and a pod left behind is the reconciler's to remove next pass.
         self.delete_budget_s = delete_budget_s
+        #: Which pods with our labels are ours (made by this bridge, or there when it started).
+        self.provenance = PodProvenance()
 
     @classmethod
     def connect(
@@ -140,14 +145,19 @@ class PodGateway:
                 raise
             raise self.credentials.rejected(e) from e
 
-    def _watched(self, events: Iterator[PodEvent]) -> Iterator[PodEvent]:
+    def _admitted(self, events: Iterator[PodEvent]) -> Iterator[PodEvent]:
+        """``events`` with every pod that is not ours shown as gone: its name may be one of
+        ours, and the cache must not keep our old pod of that name (see :mod:`.provenance`)."""
         with self._unauthorized_told():
-            yield from events
+            for event in events:
+                ours = event.kind == "DELETED" or self.provenance.admits(event.pod)
+                yield event if ours else dataclasses.replace(event, kind="DELETED")
 
     # -- reading ---------------------------------------------------------------------------------
 
     def list_pods(self) -> tuple[list[PodView], str]:
-        """Our pods and the list's resourceVersion (to watch from).
+        """Our pods and the list's resourceVersion (to watch from). Pods with our labels that
+        are not ours (see :mod:`.provenance`) are left out; the first list adopts its pods.
 
         Read in pages of ``list_page_size``: the API server serves each page from one snapshot,
         and no single answer holds ten thousand pods. A continue token that expired meanwhile
@@ -174,7 +184,7 @@ class PodGateway:
             version = version or str(metadata.get("resourceVersion") or "")
             token = str(metadata.get("continue") or "")
             if not token:
-                return pods, version
+                return self.provenance.adopt(pods), version
 
     def watch(
         self,
@@ -192,7 +202,7 @@ class PodGateway:
         dropped or stalled connection, a malformed event. The answer to all of them is the same:
         list again, then watch from the list's resourceVersion.
         """
-        return self._watched(
+        return self._admitted(
             watch_pods(
                 self._api,
                 namespace=self.namespace,
@@ -214,11 +224,17 @@ class PodGateway:
     def create_pod(self, manifest: Mapping[str, Any]) -> bool:
         """Create the pod; False when a pod of ours by that name exists already (idempotent).
 
-        The manifest goes out as JSON bytes and the 201's body is not parsed: the service
-        needs only "created", and the watch brings the pod as the API server stored it.
+        The manifest goes out as JSON bytes with a fresh create id (see :mod:`.provenance`) and
+        the 201's body is not parsed: the service needs only "created", and the watch brings the
+        pod as the API server stored it. A pod of that name that is not ours is a Conflict.
         """
         name = str(manifest["metadata"]["name"])
-        body = json.dumps(manifest, separators=(",", ":")).encode()
+        metadata = dict(manifest["metadata"])
+        metadata["annotations"] = {
+            **(metadata.get("annotations") or {}),
+            ANNOTATION_CREATE_ID: self.provenance.new_create_id(name),
+        }
+        body = json.dumps({**manifest, "metadata": metadata}, separators=(",", ":")).encode()
         path = f"/api/v1/namespaces/{self.namespace}/pods"
         try:
             self._call(
@@ -226,31 +242,24 @@ class PodGateway:
                 lambda: send_json(self._api.api_client, "POST", path, body, self._timeout),
             )
         except Conflict:
-            if self._is_ours(name):
-                return False
+            if self.read_pod(name) is not None:
+                return False  # ours: made before (a retry whose first try got through, a restart)
             raise Conflict(
-                f"pod {self.namespace}/{name} exists and is not managed by the bridge "
-                f"(labels do not match {self.selector})"
+                f"pod {self.namespace}/{name} exists and this bridge did not create it"
             ) from None
         return True
-
-    def _is_ours(self, name: str) -> bool:
-        response = self._call(
-            f"read pod {name}",
-            lambda: self._api.read_namespaced_pod(
-                name, self.namespace, _preload_content=False, _request_timeout=self._timeout
-            ),
-        )
-        labels = json.loads(response.data).get("metadata", {}).get("labels") or {}
-        wanted = dict(part.split("=", 1) for part in self.selector.split(","))
-        return all(labels.get(k) == v for k, v in wanted.items())
 
     def delete_pod(self, name: str, uid: str = "", grace_period_s: int | None = None) -> bool:
         """Delete the pod; False when it was already gone (idempotent).
 
         With ``uid`` the delete applies only to that pod: a successor of the same name (a new
         Slurm cycle) answers 409 on the precondition and is left alone, which counts as gone.
+        Without, it applies to our pod of that name (see :mod:`.provenance`); a pod of that
+        name that is not ours is left alone too.
         """
+        uid = uid or self.provenance.uid_of(name) or self._live_uid(name)
+        if not uid:
+            return False
         options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if grace_period_s is not None:
             options["gracePeriodSeconds"] = grace_period_s
@@ -274,6 +283,12 @@ class PodGateway:
                 return False
             raise
         return True
+
+    def _live_uid(self, name: str) -> str:
+        """The UID of our pod named ``name`` as read now; "" when there is none (or it is not
+        ours: then it is named in the log)."""
+        pod = self.read_pod(name)
+        return pod.uid if pod is not None else ""
 
     def set_slurm_state(self, change: SetPodSlurmState) -> bool:
         """Show a node's Slurm state on its pod; False when the pod is gone.
@@ -341,11 +356,13 @@ class PodGateway:
             or labels.get(LABEL_CLUSTER) != self.cluster_name
         ):
             return None  # a pod of that name that is not ours is no pod of the node's
-        return pod_view(manifest)
+        pod = pod_view(manifest)
+        return pod if self.provenance.admits(pod) else None
 
     def pod_exists(self, name: str) -> bool:
-        """Whether a pod of that name exists now (a read, not the watch's or a list's view)."""
-        return self._read_manifest(name) is not None
+        """Whether a pod of ours by that name exists now (a read, not the watch's or a list's
+        view)."""
+        return self.read_pod(name) is not None
 
     def _read_manifest(self, name: str) -> dict[str, Any] | None:
         """The pod of that name as the API server has it now; None when there is none."""
