@@ -76,6 +76,7 @@ def test_doctor_passes_on_the_proving_ground(ground_role: ProvingGround) -> None
     assert result.returncode == 0, result.stdout
     assert not lines(result, "FAIL")
     checks = ["credentials", "rbac", "secret slurm-munge-key", "service slurm-nodes", "slurm"]
+    checks += ["site names"]
     checks += ["slurm writes", "hooks python", *(f"pod {pool}" for pool in POOLS)]
     if ground_role.auth == "slurm":
         checks[2] = "secret slurm-key"
