@@ -160,6 +160,13 @@ def _pool_to_dict(pool: NodePool) -> dict[str, Any]:
         "image_pull_timeout_s": pool.image_pull_timeout_s,
         "pod_template": _plain(pool.pod_template),
         "circuit_breaker": pool.circuit_breaker.as_dict() if pool.circuit_breaker else None,
+        "disruption_budget": pool.disruption_budget,
+        "sockets": pool.sockets,
+        "cores_per_socket": pool.cores_per_socket,
+        "threads_per_core": pool.threads_per_core,
+        "tmp_disk_mb": pool.tmp_disk_mb,
+        "partition_options": dict(pool.partition_options),
+        "gres_resources": dict(pool.gres_resources),
     }
 
 

@@ -201,6 +201,18 @@ def _template(value: Any) -> Any:
     return value
 
 
+def _scalar_map(value: Any) -> Any:
+    """A mapping of names to scalars (partition_options, gres_resources); empty: none."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise FieldProblem(f"must be a mapping, got {show(value)}")
+    for key, item in value.items():
+        if isinstance(item, Mapping | list) or item is None:
+            raise FieldProblem(f"must be a single value, got {show(item)}", (str(key),))
+    return value
+
+
 _POOL_REQUIRED = ("name", "nodes", "cpus", "real_memory_mb")
 
 
@@ -227,6 +239,13 @@ class PoolEntry(BaseModel):
     circuit_breaker: Annotated[BreakerSection | None, BeforeValidator(_breaker)] = None
     #: A PodDisruptionBudget for the pool's pods (``true``/``false`` only, no "yes").
     disruption_budget: StrictBool = False
+    sockets: Annotated[int | None, BeforeValidator(_integer)] = None
+    cores_per_socket: Annotated[int | None, BeforeValidator(_integer)] = None
+    threads_per_core: Annotated[int | None, BeforeValidator(_integer)] = None
+    tmp_disk_mb: Annotated[int | None, BeforeValidator(_integer)] = None
+    partition_options: Annotated[Any, BeforeValidator(_scalar_map)] = None
+    #: None: the default mapping (gpu -> nvidia.com/gpu); {}: no Gres is requested on the pod.
+    gres_resources: Annotated[Any, BeforeValidator(_scalar_map)] = None
     _pool: NodePool | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
@@ -266,6 +285,12 @@ class PoolEntry(BaseModel):
                 image_pull_timeout_s=self.image_pull_timeout_s,
                 circuit_breaker=self.circuit_breaker.policy if self.circuit_breaker else None,
                 disruption_budget=self.disruption_budget,
+                sockets=self.sockets,
+                cores_per_socket=self.cores_per_socket,
+                threads_per_core=self.threads_per_core,
+                tmp_disk_mb=self.tmp_disk_mb,
+                partition_options=self.partition_options,
+                gres_resources=self.gres_resources,
             )
         except PoolError as e:
             raise FieldProblem(e.reason, e.path) from None

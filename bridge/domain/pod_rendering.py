@@ -304,7 +304,9 @@ def _slurmd_container(
     container["volumeMounts"] = mounts
 
     resources: dict[str, Any] = dict(container.get("resources") or {})
-    shape = {"cpu": str(pool.cpus), "memory": f"{pool.real_memory_mb}Mi"}
+    # The pool's Gres as extended resources (gpu:2 -> nvidia.com/gpu: 2), so the scheduler puts
+    # the pod where the devices are and the device plugin hands them to it.
+    shape = {"cpu": str(pool.cpus), "memory": f"{pool.real_memory_mb}Mi", **pool.gres_requests()}
     # Requests equal to limits: Guaranteed QoS, so the kubelet evicts slurmd pods last.
     for kind in ("requests", "limits"):
         resources[kind] = {**shape, **(resources.get(kind) or {})}

@@ -37,6 +37,26 @@ _MAX_WEIGHT = 0xFFFFFFF0
 MAX_PATIENCE_S = 365 * 24 * 3600.0
 # slurm.conf treats these names specially (NodeName=DEFAULT, PartitionName=DEFAULT, ...).
 _RESERVED_SLURM_NAMES = frozenset({"default", "all", "localhost"})
+#: The PartitionName options a pool may pass through (slurm.conf's spelling). Not Nodes, State,
+#: Default (--default-partition) nor the power-save timing: the render writes those.
+PARTITION_OPTIONS = (
+    "AllocNodes", "AllowAccounts", "AllowGroups", "AllowQos", "CpuBind", "DefCpuPerGPU",
+    "DefMemPerCPU", "DefMemPerGPU", "DefMemPerNode", "DefaultTime", "DenyAccounts", "DenyQos",
+    "DisableRootJobs", "ExclusiveUser", "GraceTime", "Hidden", "LLN", "MaxCPUsPerNode",
+    "MaxMemPerCPU", "MaxMemPerNode", "MaxNodes", "MaxTime", "MinNodes", "OverSubscribe",
+    "PreemptMode", "PriorityJobFactor", "PriorityTier", "QOS", "ReqResv", "RootOnly",
+    "SelectTypeParameters", "TRESBillingWeights",
+)  # fmt: skip
+_PARTITION_OPTION_KEYS = {key.lower(): key for key in PARTITION_OPTIONS}
+# A partition option's value: one slurm.conf word (lists with ',', TRESBillingWeights' '=').
+_SLURM_VALUE = re.compile(r"[A-Za-z0-9_.:+\-,=*@/%]+")
+#: Which Kubernetes extended resource a Gres asks of the pod, unless the pool says otherwise.
+DEFAULT_GRES_RESOURCES = (("gpu", "nvidia.com/gpu"),)
+# An extended resource's name: a domain-qualified Kubernetes name.
+_EXTENDED_RESOURCE = re.compile(
+    r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+)
+_TOPOLOGY = ("sockets", "cores_per_socket", "threads_per_core")
 
 
 class PoolError(ConfigError):
@@ -105,6 +125,19 @@ class NodePool:
     #: Whether the bridge keeps a PodDisruptionBudget for the pool's pods (see
     #: ``disruption_budget``): ``kubectl drain`` then waits for the Slurm node's jobs.
     disruption_budget: bool = False
+    #: The node's topology on its NodeName line (Sockets, CoresPerSocket, ThreadsPerCore: all
+    #: three or none, their product the CPUs; TmpDisk in MB); None: not written (Slurm's
+    #: default: one core per CPU, one socket each, which task/affinity then binds by).
+    sockets: int | None = None
+    cores_per_socket: int | None = None
+    threads_per_core: int | None = None
+    tmp_disk_mb: int | None = None
+    #: Options of the pool's PartitionName line (keys of :data:`PARTITION_OPTIONS`), in order;
+    #: pools that share a partition give the same.
+    partition_options: tuple[tuple[str, str], ...] = ()
+    #: Gres name -> the extended resource its count is requested as on the pod (see
+    #: :meth:`gres_requests`).
+    gres_resources: tuple[tuple[str, str], ...] = DEFAULT_GRES_RESOURCES
 
     def __post_init__(self) -> None:
         # Deep copy: a caller changing its dict later must not change the pool.
@@ -133,6 +166,12 @@ class NodePool:
         image_pull_timeout_s: float = 120.0,
         circuit_breaker: BreakerPolicy | None = None,
         disruption_budget: bool = False,
+        sockets: int | None = None,
+        cores_per_socket: int | None = None,
+        threads_per_core: int | None = None,
+        tmp_disk_mb: int | None = None,
+        partition_options: Mapping[str, Any] | None = None,
+        gres_resources: Mapping[str, str] | None = None,
     ) -> NodePool:
         """Build a pool from its hostlist; the partition defaults to the pool's name."""
         try:
@@ -155,6 +194,16 @@ class NodePool:
             image_pull_timeout_s=image_pull_timeout_s,
             circuit_breaker=circuit_breaker,
             disruption_budget=disruption_budget,
+            sockets=sockets,
+            cores_per_socket=cores_per_socket,
+            threads_per_core=threads_per_core,
+            tmp_disk_mb=tmp_disk_mb,
+            partition_options=_partition_options(name, partition_options or {}),
+            gres_resources=(
+                DEFAULT_GRES_RESOURCES
+                if gres_resources is None
+                else tuple((str(k), str(v)) for k, v in gres_resources.items())
+            ),
         )
 
     def _fail(self, path: str | FieldPath, message: str) -> PoolError:
@@ -169,6 +218,51 @@ class NodePool:
         self._validate_shape()
         if any(c.isspace() for c in self.image):
             raise self._fail("image", f"{self.image!r} contains blanks")
+        self._validate_topology()
+        for gres, resource in self.gres_resources:
+            if not _SLURM_WORD.fullmatch(gres) or ":" in gres:
+                raise self._fail(("gres_resources",), f"{gres!r} is not a Gres name")
+            if not _EXTENDED_RESOURCE.fullmatch(resource):
+                raise self._fail(
+                    ("gres_resources", gres),
+                    f"{resource!r} is not an extended resource name (domain/name, e.g. "
+                    "nvidia.com/gpu)",
+                )
+
+    def _validate_topology(self) -> None:
+        for field_name in (*_TOPOLOGY, "tmp_disk_mb"):
+            value = getattr(self, field_name)
+            minimum = 0 if field_name == "tmp_disk_mb" else 1
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < minimum
+            ):
+                raise self._fail(field_name, f"must be an integer of at least {minimum}")
+        given = [name for name in _TOPOLOGY if getattr(self, name) is not None]
+        if given and len(given) < len(_TOPOLOGY):
+            missing = [name for name in _TOPOLOGY if name not in given]
+            raise self._fail(missing[0], f"required with {', '.join(given)} (all three or none)")
+        if given:
+            sockets, cores, threads = (getattr(self, name) for name in _TOPOLOGY)
+            if sockets * cores * threads != self.cpus:
+                raise self._fail(
+                    "cpus",
+                    f"{self.cpus} is not sockets x cores_per_socket x threads_per_core "
+                    f"({sockets} x {cores} x {threads} = {sockets * cores * threads})",
+                )
+
+    def gres_requests(self) -> dict[str, str]:
+        """The extended resources the pod asks for its Gres: each Gres whose name
+        ``gres_resources`` maps, its counts summed (``gpu:a100:2`` and ``gpu:1``: 3; no count:
+        1). Requested and limited alike (Kubernetes requires it of extended resources)."""
+        mapped = dict(self.gres_resources)
+        counts: dict[str, int] = {}
+        for word in self.gres:
+            name, *rest = word.split(":")
+            resource = mapped.get(name)
+            if resource is not None:
+                count = int(rest[-1]) if rest and rest[-1].isdigit() else 1
+                counts[resource] = counts.get(resource, 0) + count
+        return {resource: str(count) for resource, count in counts.items()}
 
     def _validate_nodes(self) -> None:
         if not self.node_names:
@@ -241,6 +335,31 @@ class NodePool:
         return node in self.node_set
 
 
+def _partition_options(pool: str, given: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """``given`` with each key in slurm.conf's spelling; refuses a key the pool may not set
+    and a value that is not one slurm.conf word."""
+    options: list[tuple[str, str]] = []
+    for key, value in given.items():
+        canonical = _PARTITION_OPTION_KEYS.get(str(key).lower())
+        if canonical is None:
+            raise PoolError(
+                pool,
+                ("partition_options", str(key)),
+                "not a partition option a pool may set (one of: "
+                + ", ".join(PARTITION_OPTIONS)
+                + "; the render writes Nodes, State, Default and the power-save timing)",
+            )
+        text = ("YES" if value else "NO") if isinstance(value, bool) else str(value)
+        if isinstance(value, Mapping | list) or not _SLURM_VALUE.fullmatch(text):
+            raise PoolError(
+                pool,
+                ("partition_options", str(key)),
+                f"{value!r} is not one slurm.conf word (no blanks, quotes or '#')",
+            )
+        options.append((canonical, text))
+    return tuple(options)
+
+
 @dataclass(frozen=True)
 class PoolSet:
     """All configured pools; no node belongs to two of them, pool names are unique."""
@@ -271,6 +390,17 @@ class PoolSet:
                         pool_index=index,
                     )
                 owner[node] = pool
+        first_in: dict[str, NodePool] = {}
+        for index, pool in enumerate(self.pools):
+            first = first_in.setdefault(pool.partition, pool)
+            if first.partition_options != pool.partition_options:
+                raise PoolError(
+                    pool.name,
+                    ("partition_options",),
+                    f"pool {first.name!r} shares partition {pool.partition!r} with other "
+                    "partition_options; pools of one partition give the same",
+                    pool_index=index,
+                )
         object.__setattr__(self, "_owner", MappingProxyType(owner))
 
     def pool_for(self, node: str) -> NodePool | None:

@@ -99,6 +99,14 @@ def _seconds(name: str, value: int, minimum: int = 0) -> int:
 def node_line(pool: NodePool) -> str:
     """``NodeName=... State=CLOUD`` for one pool."""
     words = [f"NodeName={pool.nodes}", f"CPUs={pool.cpus}", f"RealMemory={pool.real_memory_mb}"]
+    if pool.sockets is not None:
+        words += [
+            f"Sockets={pool.sockets}",
+            f"CoresPerSocket={pool.cores_per_socket}",
+            f"ThreadsPerCore={pool.threads_per_core}",
+        ]
+    if pool.tmp_disk_mb is not None:
+        words.append(f"TmpDisk={pool.tmp_disk_mb}")
     if pool.features:
         words.append("Features=" + ",".join(pool.features))
     if pool.gres:
@@ -239,7 +247,10 @@ def render_slurm_conf(
         words = [f"PartitionName={name}", "Nodes=" + ",".join(pool.nodes for pool in members)]
         if name == default_partition:
             words.append("Default=YES")
-        words += ["MaxTime=INFINITE", "State=UP"]
+        options = dict(members[0].partition_options)  # the same for each (PoolSet's rule)
+        options.setdefault("MaxTime", "INFINITE")
+        words += [f"{key}={value}" for key, value in options.items()]
+        words.append("State=UP")
         words += [f"{key}={value}" for key, value in timing.items()]
         lines.append(" ".join(words))
     return "\n".join(lines) + "\n"

@@ -32,7 +32,13 @@ from kubernetes import config as k8s_config
 from proving_ground.bridge_daemon import bridge_kubeconfig
 
 from bridge.adapters.kubernetes import PodEvent, PodGateway, WatchExpired
-from bridge.domain.pods import LABEL_CLUSTER, LABEL_MANAGED_BY, MANAGED_BY, PodView
+from bridge.domain.pods import (
+    ANNOTATION_CREATE_ID,
+    LABEL_CLUSTER,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    PodView,
+)
 from bridge.runtime.pod_watcher import PodWatcher
 from tests.cluster import NAMESPACE, wait_for
 from tests.conftest import ProvingGround
@@ -182,6 +188,9 @@ class Rig:
                 "name": name,
                 "namespace": NAMESPACE,
                 "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_CLUSTER: self.cluster},
+                # Made by the admin (the admission guard admits no such image from the bridge's
+                # account), as if by the gateway: with a create id it sent (see provenance).
+                "annotations": {ANNOTATION_CREATE_ID: self.gateway.provenance.new_create_id(name)},
             },
             "spec": {
                 # No node has this label: the pod stays Pending and nothing runs.

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster import NAMESPACE, job_state, node, pods, submit, wait_for
+from tests.cluster import NAMESPACE, job_state, node, pods, restart_bridge, submit, wait_for
 from tests.conftest import ProvingGround, Use
 
 pytestmark = pytest.mark.integration
@@ -87,6 +87,9 @@ def test_resume_over_a_predecessor_stuck_terminating(
     # A job arrives right after the predecessor started terminating: Slurm powers the node up
     # and the bridge's create meets the old pod's name.
     old_uid = _stranded_pod(pg, name)
+    # Made by the admin (nothing the bridge renders is bound to a node), it is the bridge's
+    # once the bridge finds it at its start (see bridge/adapters/kubernetes/provenance.py).
+    restart_bridge(pg)
     if how == "evicted":
         _evict(pg, name)
     else:

@@ -129,7 +129,8 @@ HEAD = "slurm:\n  conf_server: ctl:6817\npools:\n"  # lines 1-3; POOL starts on 
             HEAD + POOL.replace("cpus: 2", "cpu: 2"),
             "bridge.yaml:6: pools[0].cpu: unknown key; known keys: name, nodes, cpus, "
             "real_memory_mb, partition, image, features, gres, weight, schedule_timeout_s, "
-            "image_pull_timeout_s, pod_template, circuit_breaker, disruption_budget",
+            "image_pull_timeout_s, pod_template, circuit_breaker, disruption_budget, sockets, "
+            "cores_per_socket, threads_per_core, tmp_disk_mb, partition_options, gres_resources",
         ),
         (
             HEAD + POOL.replace("    cpus: 2\n", ""),

@@ -553,3 +553,26 @@ def test_a_delete_by_name_leaves_a_pod_that_is_not_ours_alone(
         f"DELETE {json.loads(r.body)['preconditions']['uid']}" if r.method == "DELETE" else r.method
         for r in requests
     ] == sent
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        pytest.param(lambda pods: pods.read_pod("cpu-0").uid, "u-1", id="read"),
+        pytest.param(lambda pods: pods.create_pod(manifest("cpu-0")), False, id="create-exists"),
+        pytest.param(lambda pods: pods.delete_pod("cpu-0"), True, id="delete-by-name"),
+    ],
+)
+def test_a_call_before_the_first_list_lists_first(
+    api_server: FakeApiServer, call: Callable[[PodGateway], Any], expected: Any
+) -> None:
+    """Right after a restart a resume may meet its node's pod before the watch's first list:
+    the pod the bridge had before must be its own, not someone else's."""
+    api_server.answer(f"GET {PODS}", pod_list(OUR_CPU_0))
+    api_server.answer(f"GET {PODS}/cpu-0", json_answer(OUR_CPU_0))
+    api_server.answer(f"POST {PODS}", CONFLICT)
+    api_server.answer(f"DELETE {PODS}/cpu-0", Answer(200))
+    pods = gateway_to(api_server, concurrency=8)
+    assert call(pods) == expected
+    assert not pods.provenance.adopting
+    assert pods.provenance.uid_of("cpu-0") == "u-1"

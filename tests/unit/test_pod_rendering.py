@@ -536,3 +536,38 @@ def test_a_template_may_not_set_the_template_hash_label() -> None:
     assert template_problems(template) == [
         (("metadata", "labels", LABEL_TEMPLATE_HASH), "the bridge sets this label")
     ]
+
+
+@pytest.mark.parametrize(
+    ("gres", "template_resources", "expected"),
+    [
+        ((), {}, {"cpu": "2", "memory": "1024Mi"}),
+        (("gpu:a100:2",), {}, {"cpu": "2", "memory": "1024Mi", "nvidia.com/gpu": "2"}),
+        # The template has the last word, as for cpu and memory.
+        (
+            ("gpu:2",),
+            {"nvidia.com/gpu": "1"},
+            {"cpu": "2", "memory": "1024Mi", "nvidia.com/gpu": "1"},
+        ),
+    ],
+)
+def test_a_pool_s_gres_is_requested_and_limited_on_slurmd(
+    gres: tuple[str, ...], template_resources: dict[str, str], expected: dict[str, str]
+) -> None:
+    template: dict[str, Any] = {"spec": {"containers": [{"name": "slurmd"}]}}
+    if template_resources:
+        template["spec"]["containers"][0]["resources"] = {
+            "requests": template_resources,
+            "limits": template_resources,
+        }
+    pool = NodePool.create(
+        name="gpu",
+        nodes="gpu-[0-1]",
+        cpus=2,
+        real_memory_mb=1024,
+        image="i",
+        gres=gres,
+        pod_template=template,
+    )
+    (slurmd,) = render_pod(pool, "gpu-0", SETTINGS)["spec"]["containers"]
+    assert slurmd["resources"] == {"requests": expected, "limits": expected}

@@ -139,3 +139,76 @@ def test_pool_set_errors_carry_the_field_path_as_data() -> None:
     with pytest.raises(PoolError) as caught:
         PoolSet((make_pool(), make_pool(nodes="gpu-0")))
     assert (caught.value.path, caught.value.pool_index) == (("name",), 1)
+
+
+# -- issue 30 item 5: topology, partition options, Gres as extended resources -------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "fragment"),
+    [
+        ({"sockets": 2}, "cores_per_socket", "required with sockets (all three or none)"),
+        (
+            {"sockets": 2, "cores_per_socket": 2, "threads_per_core": 2},
+            "cpus",
+            "2 is not sockets x cores_per_socket x threads_per_core (2 x 2 x 2 = 8)",
+        ),
+        ({"sockets": 0, "cores_per_socket": 2, "threads_per_core": 1}, "sockets", "at least 1"),
+        ({"tmp_disk_mb": -1}, "tmp_disk_mb", "at least 0"),
+        ({"partition_options": {"Nodes": "x"}}, "partition_options.Nodes", "not a partition"),
+        ({"partition_options": {"SuspendTime": 5}}, "partition_options.SuspendTime", "timing"),
+        ({"partition_options": {"MaxTime": "1 day"}}, "partition_options.MaxTime", "one slurm"),
+        ({"partition_options": {"QOS": "a#b"}}, "partition_options.QOS", "one slurm.conf word"),
+        ({"gres_resources": {"gpu": "gpu"}}, "gres_resources.gpu", "not an extended resource"),
+        ({"gres_resources": {"gpu:a100": "x.io/gpu"}}, "gres_resources", "not a Gres name"),
+    ],
+)
+def test_invalid_pass_through_names_the_field(
+    overrides: dict[str, Any], field: str, fragment: str
+) -> None:
+    with pytest.raises(PoolError) as caught:
+        make_pool(**overrides)
+    assert caught.value.field == field
+    assert fragment in str(caught.value)
+
+
+def test_partition_options_take_slurm_conf_s_spelling_and_words() -> None:
+    pool = make_pool(
+        partition_options={"allowaccounts": "hpc,bio", "DefMemPerCPU": 512, "ExclusiveUser": True}
+    )
+    assert pool.partition_options == (
+        ("AllowAccounts", "hpc,bio"),
+        ("DefMemPerCPU", "512"),
+        ("ExclusiveUser", "YES"),
+    )
+
+
+def test_pools_of_one_partition_give_the_same_options() -> None:
+    a = make_pool(partition="k8s", partition_options={"QOS": "cloud"})
+    b = make_pool(name="big", nodes="big-[0-1]", partition="k8s", partition_options={"QOS": "x"})
+    with pytest.raises(PoolError, match="shares partition 'k8s' with other partition_options"):
+        PoolSet((a, b))
+    same = make_pool(
+        name="big", nodes="big-[0-1]", partition="k8s", partition_options={"QOS": "cloud"}
+    )
+    assert len(PoolSet((a, same))) == 2
+
+
+@pytest.mark.parametrize(
+    ("gres", "resources", "requests"),
+    [
+        ((), None, {}),
+        (("gpu:2",), None, {"nvidia.com/gpu": "2"}),
+        (("gpu:a100:2", "gpu:1"), None, {"nvidia.com/gpu": "3"}),
+        (("gpu",), None, {"nvidia.com/gpu": "1"}),
+        (("gpu:a100",), None, {"nvidia.com/gpu": "1"}),
+        (("mps:100",), None, {}),  # not mapped: Slurm's alone
+        (("gpu:2",), {}, {}),  # the site turned the mapping off
+        (("gpu:4", "nic:1"), {"gpu": "amd.com/gpu", "nic": "example.org/rdma"},
+         {"amd.com/gpu": "4", "example.org/rdma": "1"}),
+    ],
+)  # fmt: skip
+def test_gres_is_requested_as_extended_resources(
+    gres: tuple[str, ...], resources: dict[str, str] | None, requests: dict[str, str]
+) -> None:
+    assert make_pool(gres=gres, gres_resources=resources).gres_requests() == requests

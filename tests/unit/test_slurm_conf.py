@@ -297,3 +297,32 @@ def test_diff_globals_names_each_change() -> None:
         GlobalChange("TreeWidth", "50", "65533"),
         GlobalChange("SlurmdParameters", "", "config_overrides"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("options", "node_words", "partition_words"),
+    [
+        pytest.param({}, "CPUs=2 RealMemory=1024 State=CLOUD",
+                     "Nodes=cpu-[0-15] MaxTime=INFINITE State=UP", id="none"),
+        pytest.param(
+            {"sockets": 1, "cores_per_socket": 2, "threads_per_core": 1, "tmp_disk_mb": 0},
+            "CPUs=2 RealMemory=1024 Sockets=1 CoresPerSocket=2 ThreadsPerCore=1 TmpDisk=0 "
+            "State=CLOUD",
+            "Nodes=cpu-[0-15] MaxTime=INFINITE State=UP",
+            id="topology",
+        ),
+        pytest.param(
+            {"partition_options": {"AllowAccounts": "hpc", "MaxTime": "1-00:00:00",
+                                   "DefMemPerCPU": 256}},
+            "CPUs=2 RealMemory=1024 State=CLOUD",
+            "Nodes=cpu-[0-15] AllowAccounts=hpc MaxTime=1-00:00:00 DefMemPerCPU=256 State=UP",
+            id="partition-options-and-their-maxtime",
+        ),
+    ],
+)  # fmt: skip
+def test_pools_pass_topology_and_partition_options_through(
+    options: dict[str, Any], node_words: str, partition_words: str
+) -> None:
+    text = render_slurm_conf(PoolSet((pool("cpu", "cpu-[0-15]", **options),)), **HOOKS)
+    assert f"NodeName=cpu-[0-15] {node_words}\n" in text
+    assert f"PartitionName=cpu {partition_words} {TIMES}\n" in text

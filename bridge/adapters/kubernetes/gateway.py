@@ -257,6 +257,8 @@ class PodGateway:
         Without, it applies to our pod of that name (see :mod:`.provenance`); a pod of that
         name that is not ours is left alone too.
         """
+        if not uid:
+            self._ensure_adopted()
         uid = uid or self.provenance.uid_of(name) or self._live_uid(name)
         if not uid:
             return False
@@ -283,6 +285,12 @@ class PodGateway:
                 return False
             raise
         return True
+
+    def _ensure_adopted(self) -> None:
+        """Make the first list now if the watch has not yet: a call right after a restart (a
+        resume meeting its node's pod) must know the pods the bridge had before."""
+        if self.provenance.adopting:
+            self.list_pods()
 
     def _live_uid(self, name: str) -> str:
         """The UID of our pod named ``name`` as read now; "" when there is none (or it is not
@@ -348,6 +356,7 @@ class PodGateway:
     def read_pod(self, name: str) -> PodView | None:
         """The pod of that name as the API server has it now (not the watch's view), if it is
         ours; None when there is none."""
+        self._ensure_adopted()
         manifest = self._read_manifest(name)
         labels = ((manifest or {}).get("metadata") or {}).get("labels") or {}
         if (

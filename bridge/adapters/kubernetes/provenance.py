@@ -54,6 +54,12 @@ class PodProvenance:
             del kept[:-KEPT_IDS]
         return create_id
 
+    @property
+    def adopting(self) -> bool:
+        """Whether the first list is still to come (until then, no pod found is known)."""
+        with self._lock:
+            return self._adopting
+
     def adopt(self, pods: list[PodView]) -> list[PodView]:
         """The first list since the bridge started: every pod named after its node is ours.
         Later calls are :meth:`admitted`."""
