@@ -31,7 +31,7 @@ from bridge.domain.pod_rendering import (
 )
 from bridge.domain.pods import SLURMD_CONTAINER
 from bridge.domain.pools import NodePool, PoolError, PoolSet, dns_label_problem
-from bridge.settings import BridgeConfig, BridgeSettings, KubernetesSettings, SlurmSettings
+from bridge.settings import BridgeSettings, KubernetesSettings, SlurmSettings
 
 _FILE = ConfigDict(extra="forbid", frozen=True)
 
@@ -316,7 +316,9 @@ class ConfigFile(BaseModel):
 
     model_config = _FILE
 
-    cluster_name: Annotated[str, rules.string(dns_label_problem)] = BridgeConfig.cluster_name
+    #: Required: it labels every pod, and two bridges sharing one in a namespace took each
+    #: other's pods for their own (a default shared by every site invited exactly that).
+    cluster_name: Annotated[str, rules.string(dns_label_problem)]
     kubernetes: Annotated[KubernetesSection, BeforeValidator(_section)]
     slurm: Annotated[SlurmSection, BeforeValidator(_section)]
     bridge: Annotated[BridgeSection, BeforeValidator(_section)]
@@ -328,6 +330,14 @@ class ConfigFile(BaseModel):
     def _every_section(cls, value: Any) -> Any:
         # An absent section is read as an empty one, so its own checks (conf_server) still run.
         if isinstance(value, Mapping):
+            # After unknown keys (a misspelt cluster_name is told so, not "required").
+            if "cluster_name" not in value and set(value) <= set(cls.model_fields):
+                raise FieldProblem(
+                    "required: the name this bridge's pods are labelled with, one per bridge in "
+                    "a namespace (Slurm's ClusterName is a good one). Up to 0.1.0 it defaulted "
+                    "to 'slurm': a bridge whose pods run set `cluster_name: slurm` to keep them",
+                    ("cluster_name",),
+                )
             return {"kubernetes": None, "slurm": None, "bridge": None, "pools": None, **value}
         return value
 

@@ -29,6 +29,7 @@ from bridge.errors import BackendError, InvalidInput
 
 #: The smallest valid bridge.yaml (one CPU pool, defaults elsewhere); tests append or replace lines.
 MINIMAL_CONFIG = """\
+cluster_name: lab
 slurm:
   conf_server: 10.213.0.1:6817
 pools:

@@ -150,7 +150,7 @@ def test_check_config_names_the_bad_line(
     assert main(["check-config", "-c", str(path)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("slurm-k8s-bridge check-config: ")
-    assert f"{path}:6" in err
+    assert f"{path}:7" in err  # cpus: line 7 of MINIMAL_CONFIG (line 1 is cluster_name)
     assert "pools[0].cpus" in err
 
 

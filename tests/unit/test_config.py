@@ -20,7 +20,8 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "bridge.
 
 def test_minimal_file_gets_the_defaults() -> None:
     config = parse_config(MINIMAL, "bridge.yaml")
-    assert config.cluster_name == "slurm"
+    # cluster_name has no default in the file (up to 0.1.0 it was 'slurm'): the file's is used.
+    assert config.cluster_name == "lab"
     assert config.kubernetes == KubernetesSettings()
     assert config.slurm == SlurmSettings(conf_server="10.213.0.1:6817")
     assert config.bridge == BridgeSettings()
@@ -30,7 +31,9 @@ def test_minimal_file_gets_the_defaults() -> None:
     assert config.pools.all_nodes() == ("cpu-0", "cpu-1", "cpu-2", "cpu-3")
     (pool,) = config.pools
     assert (pool.partition, pool.features, pool.gres, pool.weight) == ("cpu", (), (), None)
-    assert config.pod_settings() == PodSettings("slurm", "slurm", "10.213.0.1:6817")
+    assert config.pod_settings() == PodSettings(
+        namespace="slurm", cluster_name="lab", conf_server="10.213.0.1:6817"
+    )
     assert config.source == "bridge.yaml"
 
 
@@ -88,7 +91,7 @@ def test_round_trip_through_yaml() -> None:
         ({"SKB_BRIDGE_CREATE_CONCURRENCY": "4"}, ("bridge.create_concurrency", 4)),
         ({"SKB_BRIDGE_LOG_FORMAT": "json"}, ("bridge.log_format", "json")),
         ({"SKB_BRIDGE_TCP_LISTEN": "127.0.0.1:0"}, ("bridge.tcp_listen", "127.0.0.1:0")),
-        ({"SKB_SOMETHING_ELSE": "x", "PATH": "/bin"}, ("cluster_name", "slurm")),
+        ({"SKB_SOMETHING_ELSE": "x", "PATH": "/bin"}, ("cluster_name", "lab")),
     ],
 )
 def test_environment_overrides(environ: dict[str, str], expected: tuple[str, object]) -> None:
@@ -115,167 +118,192 @@ POOL = """\
 """
 HEAD = "slurm:\n  conf_server: ctl:6817\npools:\n"  # lines 1-3; POOL starts on line 4
 
+CLUSTER_NAME_REQUIRED = (
+    "cluster_name: required: the name this bridge's pods are labelled with, one per bridge in "
+    "a namespace (Slurm's ClusterName is a good one). Up to 0.1.0 it defaulted to 'slurm': a "
+    "bridge whose pods run set `cluster_name: slurm` to keep them"
+)
+
+
+def named(text: str) -> str:
+    """``text`` with the required cluster_name as its last line: the lines above keep their
+    numbers, and a row that tests one mistake has no other."""
+    return text + "cluster_name: lab\n"
+
 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         (
-            HEAD + POOL + "  - name: big\n    nodes: big-0\n    cpus: four\n"
-            "    real_memory_mb: 1\n    image: i\n",
+            named(
+                HEAD + POOL + "  - name: big\n    nodes: big-0\n    cpus: four\n"
+                "    real_memory_mb: 1\n    image: i\n"
+            ),
             "bridge.yaml:11: pools[1].cpus: must be a positive integer up to 2147483647, "
             "got 'four'",
         ),
         (
-            HEAD + POOL.replace("cpus: 2", "cpu: 2"),
+            named(HEAD + POOL.replace("cpus: 2", "cpu: 2")),
             "bridge.yaml:6: pools[0].cpu: unknown key; known keys: name, nodes, cpus, "
             "real_memory_mb, partition, image, features, gres, weight, schedule_timeout_s, "
             "image_pull_timeout_s, pod_template, circuit_breaker, disruption_budget, sockets, "
             "cores_per_socket, threads_per_core, tmp_disk_mb, partition_options, gres_resources",
         ),
         (
-            HEAD + POOL.replace("    cpus: 2\n", ""),
+            named(HEAD + POOL.replace("    cpus: 2\n", "")),
             "bridge.yaml:4: pools[0]: cpus: required",
         ),
         (
-            HEAD + POOL.replace("cpu-[0-3]", "CPU-[0-3]"),
+            named(HEAD + POOL.replace("cpu-[0-3]", "CPU-[0-3]")),
             "bridge.yaml:5: pools[0].nodes: node 'CPU-0' cannot be a pod name: 'CPU-0' is not a "
             "DNS-1123 label (lower-case letters, digits and '-', starting and ending with a letter "
             "or digit)",
         ),
         (
-            HEAD + POOL + POOL.replace("name: cpu", "name: two").replace("[0-3]", "[3-4]"),
+            named(HEAD + POOL + POOL.replace("name: cpu", "name: two").replace("[0-3]", "[3-4]")),
             "bridge.yaml:10: pools[1].nodes: node 'cpu-3' is also in pool 'cpu'; a node belongs "
             "to one pool",
         ),
         (
-            HEAD + POOL + POOL.replace("[0-3]", "[4-5]"),
+            named(HEAD + POOL + POOL.replace("[0-3]", "[4-5]")),
             "bridge.yaml:9: pools[1].name: pools[0] already uses this name",
         ),
         (
-            HEAD + POOL + "    features: [a, 'b c']\n",
+            named(HEAD + POOL + "    features: [a, 'b c']\n"),
             "bridge.yaml:9: pools[0].features[1]: 'b c' is not a single Slurm word (no blanks, "
             "',' or '=')",
         ),
         (
-            HEAD + POOL + "    features: [a, 3]\n",
+            named(HEAD + POOL + "    features: [a, 3]\n"),
             "bridge.yaml:9: pools[0].features[1]: must be a string, got 3",
         ),
         (
-            HEAD + POOL.replace("    image: img\n", ""),
+            named(HEAD + POOL.replace("    image: img\n", "")),
             "bridge.yaml:4: pools[0].image: required (or set the image of the 'slurmd' container "
             "in pod_template)",
         ),
         (
-            HEAD + POOL + "    pod_template:\n      spec:\n        containers:\n"
-            "          - name: slurmd\n            env:\n              - name: SLURM_NODENAME\n",
+            named(
+                HEAD + POOL + "    pod_template:\n      spec:\n        containers:\n"
+                "          - name: slurmd\n            env:\n              - name: SLURM_NODENAME\n"
+            ),
             "bridge.yaml:14: pools[0].pod_template.spec.containers[0].env[0].name: SLURM_NODENAME "
             "is set by the bridge",
         ),
         (
-            HEAD
-            + POOL
-            + "    pod_template:\n      metadata:\n        labels:\n          gpu: yes\n",
+            named(
+                HEAD
+                + POOL
+                + "    pod_template:\n      metadata:\n        labels:\n          gpu: yes\n"
+            ),
             "bridge.yaml:12: pools[0].pod_template.metadata.labels.gpu: must be a string, got True "
             "(quote it)",
         ),
         (
-            HEAD + POOL + "    pod_template:\n      spec:\n        restartPolicy: Always\n",
+            named(HEAD + POOL + "    pod_template:\n      spec:\n        restartPolicy: Always\n"),
             "bridge.yaml:11: pools[0].pod_template.spec.restartPolicy: must be Never: a crashed "
             "slurmd has to surface as a failure, not restart",
         ),
         (
-            HEAD + POOL + "    weight: heavy\n",
+            named(HEAD + POOL + "    weight: heavy\n"),
             "bridge.yaml:9: pools[0].weight: must be an integer, got 'heavy'",
         ),
-        (HEAD, "bridge.yaml:3: pools: at least one pool is required"),
-        (HEAD + "  name: x\n", "bridge.yaml:3: pools: must be a list of pools, got {'name': 'x'}"),
+        (named(HEAD), "bridge.yaml:3: pools: at least one pool is required"),
         (
-            "pools:\n" + POOL,
+            named(HEAD + "  name: x\n"),
+            "bridge.yaml:3: pools: must be a list of pools, got {'name': 'x'}",
+        ),
+        (
+            named("pools:\n" + POOL),
             "bridge.yaml: slurm.conf_server: required: the host:port slurmd fetches its "
             "configuration from (e.g. 10.213.0.1:6817)",
         ),
         (
-            "slurm:\n  conf_server: 'a b'\npools:\n" + POOL,
+            named("slurm:\n  conf_server: 'a b'\npools:\n" + POOL),
             "bridge.yaml:2: slurm.conf_server: must be host[:port], got 'a b' "
             "(e.g. 10.213.0.1:6817)",
         ),
         (
-            "slurm:\n  conf_server: ctl:6817\n  auth: kerberos\npools:\n" + POOL,
+            named("slurm:\n  conf_server: ctl:6817\n  auth: kerberos\npools:\n" + POOL),
             "bridge.yaml:3: slurm.auth: must be munge or slurm (auth/slurm, Slurm 23.11+), "
             "got 'kerberos'",
         ),
         (
-            "slurm:\n  conf_server: ctl:6817\n  slurm_key_secret: Key\npools:\n" + POOL,
+            named("slurm:\n  conf_server: ctl:6817\n  slurm_key_secret: Key\npools:\n" + POOL),
             "bridge.yaml:3: slurm.slurm_key_secret: 'Key' is not a valid Kubernetes object name "
             "(DNS-1123 subdomain)",
         ),
         (
-            "slurm:\n  conf_server: ctl:6817\n  auth: slurm\npools:\n"
-            + POOL
-            + "    pod_template:\n      spec:\n        volumes:\n          - name: slurm-key\n",
+            named(
+                "slurm:\n  conf_server: ctl:6817\n  auth: slurm\npools:\n"
+                + POOL
+                + "    pod_template:\n      spec:\n        volumes:\n          - name: slurm-key\n"
+            ),
             "bridge.yaml:13: pools[0].pod_template.spec.volumes[0].name: 'slurm-key' is set by "
             "the bridge with slurm.auth: slurm",
         ),
         (
-            "slurm:\n  conf_server: ctl:6817\n  auth: slurm\npools:\n"
-            + POOL
-            + "    pod_template:\n      spec:\n        containers:\n"
-            "          - name: slurmd\n            env:\n              - name: SLURM_KEY_FILE\n",
+            named(
+                "slurm:\n  conf_server: ctl:6817\n  auth: slurm\npools:\n"
+                + POOL
+                + "    pod_template:\n      spec:\n        containers:\n"
+                "          - name: slurmd\n            env:\n              - name: SLURM_KEY_FILE\n"
+            ),
             "bridge.yaml:15: pools[0].pod_template.spec.containers[0].env[0].name: SLURM_KEY_FILE "
             "is set by the bridge with slurm.auth: slurm",
         ),
         (
-            HEAD + POOL + "kubernetes:\n  namespase: x\n",
+            named(HEAD + POOL + "kubernetes:\n  namespase: x\n"),
             "bridge.yaml:10: kubernetes.namespase: unknown key; known keys: namespace, "
             "kubeconfig, context, node_service, cluster_domain",
         ),
         (
-            HEAD + POOL + "kubernetes:\n  namespace: Slurm\n",
+            named(HEAD + POOL + "kubernetes:\n  namespace: Slurm\n"),
             "bridge.yaml:10: kubernetes.namespace: 'Slurm' is not a DNS-1123 label (lower-case "
             "letters, digits and '-', starting and ending with a letter or digit)",
         ),
         (
-            HEAD + POOL + "bridge:\n  socket_mode: 660\n",
+            named(HEAD + POOL + "bridge:\n  socket_mode: 660\n"),
             "bridge.yaml:10: bridge.socket_mode: must be an octal mode like 0660, got 660",
         ),
         (
-            HEAD + POOL + "bridge:\n  reconcile_interval_s: 0\n",
+            named(HEAD + POOL + "bridge:\n  reconcile_interval_s: 0\n"),
             "bridge.yaml:10: bridge.reconcile_interval_s: must be a positive number up to "
             "3.1536e+07 (seconds), got 0",
         ),
         (
-            HEAD + POOL + "bridge:\n  pod_age_guard_s: -1\n",
+            named(HEAD + POOL + "bridge:\n  pod_age_guard_s: -1\n"),
             "bridge.yaml:10: bridge.pod_age_guard_s: must be a number from 0 to 3.1536e+07 "
             "(seconds), got -1",
         ),
         (
-            HEAD + POOL + "bridge:\n  log_format: xml\n",
+            named(HEAD + POOL + "bridge:\n  log_format: xml\n"),
             "bridge.yaml:10: bridge.log_format: must be text or json, got 'xml'",
         ),
         (
-            HEAD + POOL + "bridge:\n  socket: relative.sock\n",
+            named(HEAD + POOL + "bridge:\n  socket: relative.sock\n"),
             "bridge.yaml:10: bridge.socket: must be an absolute path, got 'relative.sock'",
         ),
         (
-            HEAD + POOL + "bridge:\n  create_concurrency: null\n",
+            named(HEAD + POOL + "bridge:\n  create_concurrency: null\n"),
             "bridge.yaml:10: bridge.create_concurrency: must be set (null is not allowed here)",
         ),
         (
-            HEAD + POOL + "bridge:\n  tcp_listen: 0.0.0.0:7000\n  tls_cert: /c\n",
+            named(HEAD + POOL + "bridge:\n  tcp_listen: 0.0.0.0:7000\n  tls_cert: /c\n"),
             "bridge.yaml:11: bridge.tls_cert: mutual TLS needs tls_cert, tls_key and "
             "tls_client_ca together; missing tls_key, tls_client_ca",
         ),
         (
-            HEAD + POOL + "bridge:\n  tcp_listen: 0.0.0.0:7000\n",
+            named(HEAD + POOL + "bridge:\n  tcp_listen: 0.0.0.0:7000\n"),
             "bridge.yaml:10: bridge.tcp_listen: a non-loopback TCP listener needs tls_cert, "
             "tls_key and tls_client_ca (mutual TLS)",
         ),
         (
-            HEAD + POOL + "bridge:\n  tls_cert: /c\n  tls_key: /k\n  tls_client_ca: /ca\n",
+            named(HEAD + POOL + "bridge:\n  tls_cert: /c\n  tls_key: /k\n  tls_client_ca: /ca\n"),
             "bridge.yaml:10: bridge.tls_cert: TLS applies only to tcp_listen, which is not set",
         ),
         (
-            HEAD + POOL + "bridge:\n  tcp_listen: 7000\n",
+            named(HEAD + POOL + "bridge:\n  tcp_listen: 7000\n"),
             "bridge.yaml:10: bridge.tcp_listen: must be a string, got 7000",
         ),
         (
@@ -284,31 +312,87 @@ HEAD = "slurm:\n  conf_server: ctl:6817\npools:\n"  # lines 1-3; POOL starts on 
             "digits and '-', starting and ending with a letter or digit)",
         ),
         (
-            HEAD + POOL + "extra: 1\n",
+            named(HEAD + POOL + "extra: 1\n"),
             "bridge.yaml:9: extra: unknown key; known keys: "
             "cluster_name, kubernetes, slurm, bridge, pools",
         ),
         (
-            HEAD + POOL + "slurm:\n  bin_dir: /usr/bin\n",
+            named(HEAD + POOL + "slurm:\n  bin_dir: /usr/bin\n"),
             "bridge.yaml:9: slurm: duplicate key (first on line 1)",
         ),
-        (HEAD + POOL + "1: x\n", "bridge.yaml:9: top level: keys must be strings"),
+        (named(HEAD + POOL + "1: x\n"), "bridge.yaml:9: top level: keys must be strings"),
         (
             "slurm: [\n",
             "bridge.yaml:2: invalid YAML: expected the node content, but found '<stream end>'",
         ),
         ("- 1\n", "bridge.yaml: the file must hold a mapping, got list"),
+        # The empty file: cluster_name is the first thing it lacks (it is checked before the
+        # sections; up to 0.1.0 this said slurm.conf_server: required).
+        ("", f"bridge.yaml: {CLUSTER_NAME_REQUIRED}"),
         (
-            "",
+            named(""),
             "bridge.yaml: slurm.conf_server: required: the host:port slurmd fetches its "
             "configuration from (e.g. 10.213.0.1:6817)",
         ),
+        # A file complete but for cluster_name: no default any more, no line to point at.
+        (HEAD + POOL, f"bridge.yaml: {CLUSTER_NAME_REQUIRED}"),
+        (
+            "cluster_name:\n" + HEAD + POOL,
+            "bridge.yaml:1: cluster_name: must be set (null is not allowed here)",
+        ),
+        ("cluster_name: ''\n" + HEAD + POOL, "bridge.yaml:1: cluster_name: must not be empty"),
     ],
 )
 def test_errors_name_file_line_and_field(text: str, message: str) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config(text, "bridge.yaml")
     assert str(caught.value) == message
+
+
+#: MINIMAL without its cluster_name line.
+UNNAMED = MINIMAL.replace("cluster_name: lab\n", "")
+
+
+def test_the_environment_can_name_the_cluster_instead_of_the_file() -> None:
+    # The reader merges SKB_* into the file's data before checking it: SKB_CLUSTER_NAME counts.
+    assert "cluster_name" not in UNNAMED
+    config = parse_config(UNNAMED, "bridge.yaml", {"SKB_CLUSTER_NAME": "prod"})
+    assert config.cluster_name == "prod"
+    assert config.pod_settings().cluster_name == "prod"
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({}, f"bridge.yaml: {CLUSTER_NAME_REQUIRED}"),
+        ({"SKB_SOMETHING_ELSE": "x", "PATH": "/bin"}, f"bridge.yaml: {CLUSTER_NAME_REQUIRED}"),
+        ({"SKB_CLUSTER_NAME": ""}, "environment SKB_CLUSTER_NAME: cluster_name: must not be empty"),
+        (
+            {"SKB_CLUSTER_NAME": "Bad_1"},
+            "environment SKB_CLUSTER_NAME: cluster_name: 'Bad_1' is not a DNS-1123 label "
+            "(lower-case letters, digits and '-', starting and ending with a letter or digit)",
+        ),
+    ],
+)
+def test_a_file_without_cluster_name_is_refused_unless_the_environment_names_it(
+    environ: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(UNNAMED, "bridge.yaml", environ)
+    assert str(caught.value) == message
+
+
+def test_load_config_takes_cluster_name_from_the_process_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "bridge.yaml"
+    path.write_text(UNNAMED)
+    monkeypatch.setenv("SKB_CLUSTER_NAME", "prod")
+    assert load_config(path).cluster_name == "prod"
+    monkeypatch.delenv("SKB_CLUSTER_NAME")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == f"{path}: {CLUSTER_NAME_REQUIRED}"
 
 
 @pytest.mark.parametrize(
@@ -352,7 +436,8 @@ def test_load_config_names_the_file(tmp_path: Path) -> None:
     path.write_text(MINIMAL + "    cpus: 3\n")
     with pytest.raises(ConfigError) as caught:
         load_config(path, environ={})
-    assert str(caught.value) == f"{path}:9: pools[0].cpus: duplicate key (first on line 6)"
+    # MINIMAL's cluster_name is line 1: its pool's cpus are on line 7.
+    assert str(caught.value) == f"{path}:10: pools[0].cpus: duplicate key (first on line 7)"
 
 
 def test_missing_file(tmp_path: Path) -> None:
@@ -413,7 +498,7 @@ POOL_SECONDS = [
 @pytest.mark.parametrize(("key", "value"), POOL_SECONDS)
 def test_pool_seconds_must_be_finite(key: str, value: str) -> None:
     with pytest.raises(
-        ConfigError, match=rf"^bridge\.yaml:9: pools\[0\]\.{key}: must be a positive"
+        ConfigError, match=rf"^bridge\.yaml:10: pools\[0\]\.{key}: must be a positive"
     ):
         parse_config(MINIMAL + f"    {key}: {value}\n", "bridge.yaml")
 
@@ -536,5 +621,5 @@ def test_allowed_callers_written_as_one_string_are_checked() -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config(MINIMAL + "bridge:\n  allowed_callers: 'a b'\n", "bridge.yaml")
     assert str(caught.value) == (
-        "bridge.yaml:10: bridge.allowed_callers: 'a b' is neither a user name nor a uid"
+        "bridge.yaml:11: bridge.allowed_callers: 'a b' is neither a user name nor a uid"
     )

@@ -74,6 +74,6 @@ def test_pool_breaker_errors_name_the_pool_field() -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config(MINIMAL_CONFIG + "    circuit_breaker:\n      failures: true\n", "bridge.yaml")
     assert str(caught.value) == (
-        "bridge.yaml:10: pools[0].circuit_breaker.failures: must be 0 (off) or a positive "
+        "bridge.yaml:11: pools[0].circuit_breaker.failures: must be 0 (off) or a positive "
         "integer up to 2147483647, got True"
     )

@@ -62,7 +62,10 @@ GPU = """\
             "kubernetes:\n  namespace: other\n" + MARKED,
             ConfigChange(("cpu",), ("kubernetes.namespace",)),
         ),
-        ("cluster_name: other\n" + MINIMAL_CONFIG, ConfigChange((), ("cluster_name",))),
+        (
+            MINIMAL_CONFIG.replace("cluster_name: lab", "cluster_name: other"),
+            ConfigChange((), ("cluster_name",)),
+        ),
     ],
     ids=["same", "template", "image", "patience", "pool added", "socket", "both", "cluster"],
 )

@@ -84,7 +84,7 @@ def test_the_pool_option(line: str, expected: bool) -> None:
 
 
 def test_the_pool_option_is_a_boolean() -> None:
-    with pytest.raises(ConfigError, match=r"bridge.yaml:9: pools\[0\].disruption_budget"):
+    with pytest.raises(ConfigError, match=r"bridge.yaml:10: pools\[0\].disruption_budget"):
         parse_config(MINIMAL_CONFIG + "    disruption_budget: yes please\n", "bridge.yaml")
 
 
@@ -140,8 +140,7 @@ class RecordingBudgets:
 
 
 TWO_POOLS = (
-    "cluster_name: lab\n"
-    + MINIMAL_CONFIG
+    MINIMAL_CONFIG
     + """\
     disruption_budget: true
   - name: big

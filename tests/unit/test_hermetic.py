@@ -25,6 +25,7 @@ CALLER_ENVIRONMENT = {
     "SKB_KUBERNETES_NAMESPACE": "from-the-callers-shell",
     "SKB_BRIDGE_SOCKET": "/nonexistent/from-the-callers-shell.sock",
     "SKB_SLURM_CONF_SERVER": "from-the-callers-shell:6817",
+    "SKB_CLUSTER_NAME": "from-the-callers-shell",
     "SKB_SLURM_BIN": "/nonexistent",
     "SKB_SOCKET": "unix:/nonexistent/from-the-callers-shell.sock",
     "SKB_HOOKS_ENV": "/nonexistent/hooks.env",

@@ -49,7 +49,6 @@ NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
 
 CONFIG = (
     """\
-cluster_name: lab
 bridge:
   pod_age_guard_s: 30
   failed_node_hold_s: 60
