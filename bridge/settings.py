@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -21,6 +22,23 @@ DEFAULT_SOCKET_PATH = "/run/slurm-k8s-bridge/bridge.sock"
 DEFAULT_TARGET = "unix:" + DEFAULT_SOCKET_PATH
 #: The configuration file read when neither --config nor $SKB_CONFIG names one.
 DEFAULT_CONFIG_PATH = "/etc/slurm-k8s-bridge/bridge.yaml"
+
+
+#: The pip entry points' hooks.env (``$SKB_HOOKS_ENV`` names another): slurmctld passes the
+#: hooks no SKB_* variables.
+HOOKS_ENV_PATH = "/etc/slurm-k8s-bridge/hooks.env"
+
+
+def hooks_env_path(resume_program: Path, environ: Mapping[str, str]) -> Path:
+    """The hooks.env the hook ``resume_program`` reads: a pip entry point's
+    (``$SKB_HOOKS_ENV``, else :data:`HOOKS_ENV_PATH`), else hook.sh's: beside the hook as
+    slurm.conf names it, else beside the real file (symlinks resolved)."""
+    if resume_program.name.startswith("slurm-k8s-bridge-"):
+        return Path(environ.get("SKB_HOOKS_ENV") or HOOKS_ENV_PATH)
+    beside = resume_program.parent / "hooks.env"
+    if beside.exists():
+        return beside
+    return resume_program.resolve().parent / "hooks.env"
 
 
 def hooks_env_values(text: str, keys: Collection[str]) -> dict[str, str]:

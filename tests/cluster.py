@@ -383,3 +383,43 @@ def run_bench(script: str, *args: str, timeout: float) -> str:
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"dev/bench/{script} exited {done.returncode}:\n{output}"
     return output
+
+
+def site_slurmd_pod(name: str) -> dict[str, object]:
+    """A slurmd pod for ``name`` made by hand, no bridge label on it: a machine of the site's
+    own, as the proving ground can make one (Slurm 26.05 with munge)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "slurm", "labels": {"test": "proving-ground"}},
+        "spec": {
+            "hostname": name,
+            "restartPolicy": "Never",
+            "enableServiceLinks": False,
+            "automountServiceAccountToken": False,
+            "nodeSelector": {"slurm-k8s-bridge.io/node-kind": "real"},
+            "containers": [
+                {
+                    "name": "slurmd",
+                    "image": "localhost/slurm-k8s-bridge/slurmd:dev",
+                    "imagePullPolicy": "Never",
+                    "env": [
+                        {"name": "SLURM_NODENAME", "value": name},
+                        {"name": "SLURM_CONF_SERVER", "value": "10.213.0.1:6817"},
+                        {
+                            "name": "MUNGE_SOCKET",
+                            "value": "/run/skb-ground/munge/munge.socket.2",
+                        },
+                    ],
+                    "securityContext": {"privileged": True},
+                    "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+                    "volumeMounts": [
+                        {"name": "munge", "mountPath": "/etc/munge-secret", "readOnly": True}
+                    ],
+                }
+            ],
+            "volumes": [
+                {"name": "munge", "secret": {"secretName": "slurm-munge-key", "defaultMode": 256}}
+            ],
+        },
+    }

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 from bridge.errors import BridgeError
 
 if TYPE_CHECKING:
-    from bridge.domain.slurm_conf import GlobalChange
+    from bridge.domain.site_names import SiteNames
+    from bridge.domain.slurm_conf import GlobalChange, MissingEntries
     from bridge.settings import BridgeConfig
 
 
@@ -98,18 +99,19 @@ def render_slurm_conf(args: argparse.Namespace, config: BridgeConfig) -> int:
     from bridge.domain import slurm_conf as sc
 
     slurm = config.slurm
-    _refuse_clashes(args, config)
+    site_files = _refuse_clashes(args, config)
     programs = _hook_programs(args)
+    if site_files is not None:
+        _refuse_taking_over_site_programs(site_files, programs)
     live: dict[str, str] | None = None
-    if args.check or args.slurmctld_parameters is None or not args.slurm_version:
+    if args.check or not args.slurm_version:
         cli = SlurmCli(slurm.bin_dir, slurm.command_timeout_s, slurm.conf, attempts=1)
         try:
             live = cli.show_config()
         except BridgeError as e:
             raise BridgeError(
                 f"cannot read the running configuration ({e}); to render without a running "
-                "slurmctld give --slurm-version and the site's SlurmctldParameters with "
-                "--slurmctld-parameters (an empty string for none)"
+                "slurmctld give --slurm-version"
             ) from e
     version = args.slurm_version or (live or {}).get("SLURM_VERSION", "")
     site = live or {}
@@ -124,7 +126,6 @@ def render_slurm_conf(args: argparse.Namespace, config: BridgeConfig) -> int:
         suspend_program=str(programs["suspend"]),
         resume_fail_program=str(programs["resume_fail"]),
         slurm_version=version,
-        site_slurmctld_parameters=sc.split_list(site_params),
         suspend_time=args.suspend_time,
         suspend_timeout=args.suspend_timeout,
         resume_timeout=args.resume_timeout,
@@ -132,15 +133,17 @@ def render_slurm_conf(args: argparse.Namespace, config: BridgeConfig) -> int:
         resume_rate=args.resume_rate,
         suspend_rate=args.suspend_rate,
         config_overrides=args.config_overrides,
-        site_slurmd_parameters=sc.split_list(site.get("SlurmdParameters")),
         private_data_cloud=args.private_data_cloud,
-        site_private_data=sc.split_list(site.get("PrivateData")),
         tree_width=args.tree_width,
-        site_gres_types=sc.split_list(site.get("GresTypes")),
         default_partition=args.default_partition,
         return_to_service=args.return_to_service,
         job_ready_program=_job_ready_program(args),
         site_prolog_slurmctld=site.get("PrologSlurmctld", "") or "",
+        write_list_globals=args.write_list_globals,
+        site_slurmctld_parameters=sc.split_list(site_params),
+        site_slurmd_parameters=sc.split_list(site.get("SlurmdParameters")),
+        site_private_data=sc.split_list(site.get("PrivateData")),
+        site_gres_types=sc.split_list(site.get("GresTypes")),
         source=config.source,
     )
     series = sc.series_of(version)
@@ -153,18 +156,55 @@ def render_slurm_conf(args: argparse.Namespace, config: BridgeConfig) -> int:
                 "add --private-data-cloud if the site's PrivateData lacks it",
                 file=sys.stderr,
             )
+    required = sc.required_list_entries(
+        config.pools,
+        slurm_version=series,
+        config_overrides=args.config_overrides,
+        private_data_cloud=args.private_data_cloud,
+    )
+    missing = sc.missing_list_entries(required, live) if live is not None else []
     if not args.check:
+        if not args.write_list_globals:
+            _say_required(required, missing, known=live is not None)
         if args.output:
             write_atomically(Path(args.output), text)
         else:
             print(text, end="")
         return 0
-    return _report_check(sc.diff_globals(sc.rendered_globals(text), live or {}), args.allow_change)
+    for entry in missing:
+        print(entry)
+    code = _report_check(sc.diff_globals(sc.rendered_globals(text), live or {}), args.allow_change)
+    if missing:
+        print(
+            f"render-slurm-conf --check: {len(missing)} list global(s) lack the bridge's "
+            "entries; add them to the site's own lines, then `scontrol reconfigure`"
+        )
+        return 4
+    return code
 
 
-def _refuse_clashes(args: argparse.Namespace, config: BridgeConfig) -> None:
+def _say_required(
+    required: dict[str, tuple[str, ...]], missing: Sequence[MissingEntries], *, known: bool
+) -> None:
+    """On stderr: what the site's own list-valued lines must hold, which the render does not
+    write (a copy would override the site's later edits); each one the running slurmctld
+    lacks, when it is known."""
+    say = "slurm-k8s-bridge render-slurm-conf"
+    if not known:
+        for key, entries in required.items():
+            print(
+                f"{say}: note: the site's own {key} line must hold {','.join(entries)} "
+                "(this render does not set it)",
+                file=sys.stderr,
+            )
+    for entry in missing:
+        print(f"{say}: warning: {entry}, then `scontrol reconfigure`", file=sys.stderr)
+
+
+def _refuse_clashes(args: argparse.Namespace, config: BridgeConfig) -> dict[str, SiteNames] | None:
     """Refuse pools whose partition or node names the site's slurm.conf (or a file it
-    Includes, the bridge's fragment aside) defines already: slurmctld would not start."""
+    Includes, the bridge's fragment aside) defines already: slurmctld would not start.
+    Returns what the site's files define (None: there is no slurm.conf to read)."""
     from bridge.adapters.slurm.conf_files import read_site_names, slurm_conf_path
     from bridge.domain.site_names import clashes
 
@@ -175,8 +215,9 @@ def _refuse_clashes(args: argparse.Namespace, config: BridgeConfig) -> None:
             "names are not compared with the site's; give the site's slurm.conf with --site-conf",
             file=sys.stderr,
         )
-        return
-    found = clashes(config.pools, read_site_names(path))
+        return None
+    site = read_site_names(path)
+    found = clashes(config.pools, site)
     if found:
         raise BridgeError(
             "the pools reuse names the site defines, and slurmctld refuses a name defined "
@@ -184,6 +225,57 @@ def _refuse_clashes(args: argparse.Namespace, config: BridgeConfig) -> None:
             + "\n  ".join(map(str, found))
             + "\ngive each pool a partition and nodes of its own (users may ask for both: "
             "sbatch -p site,k8s)"
+        )
+    return site
+
+
+#: Bytes in the head of each of the bridge's hook programs (hook.sh's executables, skb-hook,
+#: the pip entry points): a program of an earlier install is the bridge's, not the site's.
+HOOK_MARKS = (b"hook.sh", b"bridge.hooks", b"skb-hook")
+
+
+def _is_a_bridge_hook(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return any(mark in head for mark in HOOK_MARKS)
+
+
+def _refuse_taking_over_site_programs(
+    site: dict[str, SiteNames], programs: dict[str, Path]
+) -> None:
+    """Refuse to replace a power-saving program of the site's own (IPMI scripts for its static
+    nodes, say) unless hooks.env hands the nodes no pool owns to it: the render's programs are
+    global, and without the hand-off the site's nodes would sit POWERING_UP until
+    ResumeTimeout."""
+    from bridge.domain.site_names import POWER_PROGRAMS, site_programs
+    from bridge.settings import hooks_env_path, hooks_env_values
+
+    env_path = hooks_env_path(programs["resume"], os.environ)
+    try:
+        handoff = hooks_env_values(env_path.read_text(errors="replace"), POWER_PROGRAMS.values())
+    except OSError:
+        handoff = {}
+    rendered = {
+        "ResumeProgram": programs["resume"],
+        "SuspendProgram": programs["suspend"],
+        "ResumeFailProgram": programs["resume_fail"],
+    }
+    taken = []
+    for key, path in site_programs(site).items():
+        if path == str(rendered[key]) or _is_a_bridge_hook(path):
+            continue
+        if handoff.get(POWER_PROGRAMS[key]) != path:
+            taken.append(f"{POWER_PROGRAMS[key]}={path}")
+    if taken:
+        raise BridgeError(
+            "the site's slurm.conf has power-saving programs of its own, which the render's "
+            "would replace for every node (the site's would sit POWERING_UP until "
+            "ResumeTimeout); hand the nodes no pool owns to them: add\n  "
+            + "\n  ".join(taken)
+            + f"\nto {env_path} (the hooks run them for those nodes), or remove the site's lines"
         )
 
 
@@ -237,13 +329,18 @@ def _report_check(changes: Sequence[GlobalChange], allow_change: Sequence[str]) 
 RENDER_DESCRIPTION = """\
 The slurm.conf lines for the bridge's pools, safe to Include at the end of a live slurm.conf:
 NodeName=... State=CLOUD per pool, a PartitionName per partition carrying SuspendTime,
-SuspendTimeout and ResumeTimeout (so the site's own nodes keep the site's power saving), and
-only these globals: ResumeProgram, SuspendProgram, ResumeFailProgram, SlurmctldParameters
-(the site's list plus enable_configless, idle_on_node_suspend and, on 22.05, cloud_reg_addrs)
-and GresTypes when a pool has Gres (the site's types plus the pools'). Every other global is
-written only when its option is given (PrologSlurmctld with --job-ready-prolog: recommended).
---check names every global the render would change. A pool whose partition or node name the
-site's slurm.conf already defines is refused (slurmctld would stop on the duplicate).
+SuspendTimeout and ResumeTimeout (so the site's own nodes keep the site's timing), and only
+these globals: ResumeProgram, SuspendProgram, ResumeFailProgram. Every other global is written
+only when its option is given (PrologSlurmctld with --job-ready-prolog: recommended).
+
+List-valued globals are the site's: an Included line would replace the site's whole line and
+undo its later edits, so the render does not write them. It names (in its comments, and on
+stderr) the entries the site's own lines must hold: SlurmctldParameters enable_configless,
+idle_on_node_suspend (and cloud_reg_addrs on 22.05); GresTypes for pools with Gres;
+SlurmdParameters config_overrides with --config-overrides; PrivateData cloud with
+--private-data-cloud. --check names every global the render would change and every entry the
+running lists lack (exit 3 and 4). A pool whose partition or node name the site's slurm.conf
+already defines is refused (slurmctld would stop on the duplicate).
 
 Timeouts for pods behind a cluster autoscaler: a node must register before ResumeTimeout, so
   --resume-timeout > schedule_timeout_s (the pool's autoscaler patience)
@@ -294,9 +391,16 @@ def add_render_parser(
         "SLURM_VERSION in `scontrol show config`)",
     )
     p.add_argument(
+        "--write-list-globals",
+        action="store_true",
+        help="also write SlurmctldParameters, GresTypes, SlurmdParameters and PrivateData, each "
+        "the site's list plus the bridge's entries: only for a slurm.conf generated whole "
+        "every time (the in-cluster image); an Include into a site's slurm.conf must not",
+    )
+    p.add_argument(
         "--slurmctld-parameters",
-        help="the site's SlurmctldParameters, comma-separated ('' for none); default: read "
-        "from `scontrol show config`. The bridge's entries are added to them",
+        help="with --write-list-globals: the site's SlurmctldParameters, comma-separated ('' "
+        "for none; default: read from `scontrol show config`)",
     )
     p.add_argument(
         "--suspend-time",
@@ -328,13 +432,14 @@ def add_render_parser(
     p.add_argument(
         "--config-overrides",
         action="store_true",
-        help="add config_overrides to the global SlurmdParameters (slurmd in a pod sees the "
-        "host's hardware; this makes Slurm trust the configured CPUs/RealMemory)",
+        help="require config_overrides in the site's SlurmdParameters (slurmd in a pod sees "
+        "the host's hardware; this makes Slurm trust the configured CPUs/RealMemory)",
     )
     p.add_argument(
         "--private-data-cloud",
         action="store_true",
-        help="add cloud to the global PrivateData (22.05 only: it hides CLOUD nodes without it)",
+        help="require cloud in the site's PrivateData (22.05 only: it hides CLOUD nodes "
+        "without it)",
     )
     p.add_argument(
         "--job-ready-prolog",
@@ -355,7 +460,8 @@ def add_render_parser(
         action="store_true",
         help="print nothing to Include; compare the render's globals with the running "
         "`scontrol show config` and name each one it would change (exit 3 if one is not "
-        "listed in --allow-change)",
+        "listed in --allow-change) and each entry the bridge needs that a list global "
+        "lacks (exit 4)",
     )
     p.add_argument(
         "--allow-change",

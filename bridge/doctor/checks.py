@@ -239,6 +239,52 @@ def check_site_names(path: str, clashes: Sequence[str], error: str = "") -> Chec
     return Check(Status.PASS, "site names", f"no pool reuses a name {path} defines")
 
 
+def check_list_globals(missing: Sequence[str], error: str = "") -> Check:
+    """Whether the running config's list-valued globals hold the bridge's entries (the site's
+    own lines carry them: the rendered fragment does not set them)."""
+    if error:
+        return Check(Status.WARN, "list globals", f"not compared: {error}")
+    if missing:
+        return Check(
+            Status.FAIL,
+            "list globals",
+            "; ".join(missing),
+            "edit the site's own slurm.conf lines (the fragment's comments name the entries), "
+            "then `scontrol reconfigure`",
+        )
+    return Check(
+        Status.PASS, "list globals", "SlurmctldParameters (and GresTypes) hold the bridge's entries"
+    )
+
+
+def check_site_handoff(
+    hooks_env: str, handed: Mapping[str, str], problems: Sequence[str], unhanded: Sequence[str]
+) -> Check:
+    """The hand-off of nodes no pool owns to the site's own power-saving programs:
+    ``handed`` key → program (hooks.env's SKB_SITE_*), ``problems`` those the hooks could not
+    run, ``unhanded`` site programs (its own slurm.conf lines) the bridge's replace with none."""
+    if problems or unhanded:
+        return Check(
+            Status.FAIL,
+            "site hand-off",
+            "; ".join([*problems, *unhanded]),
+            f"set SKB_SITE_*_PROGRAM in {hooks_env} to the site's programs (absolute paths, "
+            "executable by SlurmUser)",
+        )
+    if not handed:
+        return Check(
+            Status.PASS,
+            "site hand-off",
+            "none configured: nodes no pool owns are not handed on (the site has no "
+            "power-saving programs of its own)",
+        )
+    return Check(
+        Status.PASS,
+        "site hand-off",
+        "nodes no pool owns go to " + ", ".join(f"{k}={v}" for k, v in handed.items()),
+    )
+
+
 def check_hook_program(key: str, path: str, exists: bool, executable: bool) -> Check:
     name = key
     if not path:

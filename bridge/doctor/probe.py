@@ -29,11 +29,13 @@ from bridge.doctor.checks import (
     Status,
     check_cordon_access,
     check_hook_program,
+    check_list_globals,
     check_name,
     check_object,
     check_python,
     check_rbac,
     check_route,
+    check_site_handoff,
     check_site_names,
     check_slurm,
     check_socket,
@@ -56,9 +58,10 @@ from bridge.domain.nodes import SlurmNode
 from bridge.domain.pod_rendering import render_pod
 from bridge.domain.pods import PodView
 from bridge.domain.pools import NodePool
-from bridge.domain.site_names import clashes
+from bridge.domain.site_names import POWER_PROGRAMS, clashes, site_programs
+from bridge.domain.slurm_conf import missing_list_entries, required_list_entries
 from bridge.errors import BackendError, BridgeError, Forbidden
-from bridge.settings import BridgeConfig
+from bridge.settings import BridgeConfig, hooks_env_path, hooks_env_values
 
 #: Enough of a hook to see its shebang, pip's exec line and whether it sources hook.sh.
 HOOK_HEAD_BYTES: Final = 4096
@@ -226,7 +229,11 @@ def _slurm_checks(config: BridgeConfig) -> list[Check]:
             )
         ]
     pool_nodes = [name for pool in config.pools for name in pool.node_names]
-    checks = [check_slurm(nodes, pool_nodes), _site_names_check(config)]
+    checks = [
+        check_slurm(nodes, pool_nodes),
+        _site_names_check(config),
+        _list_globals_check(config, settings),
+    ]
     checks.append(_write_check(cli, nodes, pool_nodes, settings, s.conf))
     checks += _series_checks(config, cli, settings)
     for key in HOOK_KEYS:
@@ -242,7 +249,47 @@ def _slurm_checks(config: BridgeConfig) -> list[Check]:
     resume = settings.get("ResumeProgram", "")
     if resume and Path(resume).exists():
         checks.append(probe_hooks_python(resume))
+        checks.append(_handoff_check(config, settings, Path(resume)))
     return checks
+
+
+def _program_problem(program: str) -> str:
+    """Why a hook could not exec ``program``, or ""."""
+    if not program.startswith("/"):
+        return f"{program} is not an absolute path"
+    if not Path(program).is_file():
+        return f"{program} does not exist"
+    if not os.access(program, os.X_OK):
+        return f"{program} is not executable"
+    return ""
+
+
+def _handoff_check(config: BridgeConfig, settings: dict[str, str], resume: Path) -> Check:
+    """hooks.env's SKB_SITE_*_PROGRAM: each one the hooks can run; and each program the
+    site's own slurm.conf lines set, which the bridge's replace, handed off."""
+    env_path = hooks_env_path(resume, os.environ)
+    try:
+        handed = hooks_env_values(env_path.read_text(errors="replace"), POWER_PROGRAMS.values())
+    except OSError:
+        handed = {}
+    handed = {key: value for key, value in handed.items() if value}
+    problems = [
+        f"{key}: {problem}"
+        for key, program in handed.items()
+        if (problem := _program_problem(program))
+    ]
+    unhanded = []
+    try:
+        site = site_programs(read_site_names(slurm_conf_path(config.slurm.conf)))
+    except BridgeError:
+        site = {}
+    for key, program in site.items():
+        running = settings.get(key, "")
+        if program != running and handed.get(POWER_PROGRAMS[key]) != program:
+            unhanded.append(
+                f"the site's {key}={program} is replaced by {running}, not handed off"
+            )
+    return check_site_handoff(str(env_path), handed, problems, unhanded)
 
 
 def _write_check(
@@ -271,6 +318,17 @@ def _site_names_check(config: BridgeConfig) -> Check:
     except BridgeError as e:
         return check_site_names(str(path), [], str(e))
     return check_site_names(str(path), [str(c) for c in found])
+
+
+def _list_globals_check(config: BridgeConfig, settings: dict[str, str]) -> Check:
+    """The bridge's entries in the running SlurmctldParameters and GresTypes."""
+    try:
+        required = required_list_entries(
+            config.pools, slurm_version=settings.get("SLURM_VERSION", "")
+        )
+    except BridgeError as e:
+        return check_list_globals([], str(e))
+    return check_list_globals([str(m) for m in missing_list_entries(required, settings)])
 
 
 def _user_name(uid: int) -> str:

@@ -7,10 +7,16 @@ an existing slurm.conf, so it is scoped to the bridge:
 - power-save *timing* (SuspendTime, SuspendTimeout, ResumeTimeout) sits on the bridge's
   ``PartitionName`` lines (Slurm 21.08+), so the site's own nodes keep the site's settings;
 - the only globals written by default are the three programs (there is one of each per
-  cluster) and ``SlurmctldParameters``, which is the site's list plus what the bridge needs
-  (an ``Include``d line replaces an earlier one, so the site's entries must be carried over);
-- anything else global (PrivateData, TreeWidth, SlurmdParameters, rates, ReturnToService,
-  a default partition, a global SuspendTime) is written only when asked for.
+  cluster);
+- list-valued globals the bridge needs entries in (``SlurmctldParameters``, ``GresTypes``,
+  ``SlurmdParameters``, ``PrivateData``) are *not* written: an ``Include``d line replaces the
+  site's whole line, so a copy would freeze the site's value as it was at render time and
+  silently undo the site's later edits. The fragment names the entries the site's own lines
+  must hold (:func:`required_list_entries`), and ``--check``/doctor verify them
+  (:func:`missing_list_entries`). Only a slurm.conf generated whole every time (the in-cluster
+  image) asks for the lines (``write_list_globals``);
+- anything else global (TreeWidth, rates, ReturnToService, a default partition, a global
+  SuspendTime) is written only when asked for.
 
 Timeouts for pods behind a cluster autoscaler: a node must register before its ResumeTimeout,
 so ``resume_timeout`` > ``schedule_timeout_s`` (autoscaler scale-up, checked here) + image pull
@@ -41,8 +47,8 @@ CLOUD_REG_ADDRS = "cloud_reg_addrs"
 
 #: Globals whose value is a comma-separated list: merged with the site's, compared as sets.
 LIST_GLOBALS = frozenset({"SlurmctldParameters", "SlurmdParameters", "PrivateData", "GresTypes"})
-#: The globals a default render writes (GresTypes too when a pool has Gres).
-DEFAULT_GLOBALS = ("ResumeProgram", "SuspendProgram", "ResumeFailProgram", "SlurmctldParameters")
+#: The globals a default render writes.
+DEFAULT_GLOBALS = ("ResumeProgram", "SuspendProgram", "ResumeFailProgram")
 
 
 def series_of(version: str) -> str:
@@ -81,6 +87,68 @@ def merge_list(site: Iterable[str], ours: Iterable[str]) -> tuple[str, ...]:
             merged.append(word)
             keys.add(key)
     return tuple(merged)
+
+
+def required_list_entries(
+    pools: PoolSet,
+    *,
+    slurm_version: str,
+    config_overrides: bool = False,
+    private_data_cloud: bool = False,
+) -> dict[str, tuple[str, ...]]:
+    """The entries the bridge needs in the site's list-valued globals, by global:
+    SlurmctldParameters always (:data:`REQUIRED_SLURMCTLD_PARAMETERS`, ``cloud_reg_addrs``
+    before 23.02), GresTypes when a pool has Gres, SlurmdParameters with ``config_overrides``,
+    PrivateData with ``private_data_cloud`` (22.05 only)."""
+    series = series_of(slurm_version)
+    if private_data_cloud and _at_least(series, 23, 2):
+        raise ConfigError(
+            f"private_data_cloud: PrivateData=cloud is not a value Slurm {series} knows "
+            "(it shows CLOUD nodes anyway); only 22.05 needs it"
+        )
+    params = list(REQUIRED_SLURMCTLD_PARAMETERS)
+    if not _at_least(series, 23, 2):
+        params.insert(0, CLOUD_REG_ADDRS)
+    required: dict[str, tuple[str, ...]] = {"SlurmctldParameters": tuple(params)}
+    gres_types = sorted({word.split(":", 1)[0] for pool in pools for word in pool.gres})
+    if gres_types:
+        required["GresTypes"] = tuple(gres_types)
+    if config_overrides:
+        required["SlurmdParameters"] = ("config_overrides",)
+    if private_data_cloud:
+        required["PrivateData"] = ("cloud",)
+    return required
+
+
+@dataclass(frozen=True)
+class MissingEntries:
+    """Entries the bridge needs that a list-valued global of the running config lacks."""
+
+    key: str
+    missing: tuple[str, ...]
+    live: str  # the running value ("" when unset)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.key}: lacks {','.join(self.missing)} (running: {self.live or '(not set)'}); "
+            f"add them to the site's own {self.key} line"
+        )
+
+
+def missing_list_entries(
+    required: Mapping[str, Sequence[str]], live: Mapping[str, str]
+) -> list[MissingEntries]:
+    """What each required list global lacks in the running config ``live`` (``scontrol show
+    config``); entries compare by name, case-insensitively (``key=value`` by its key)."""
+    found = []
+    for key, entries in required.items():
+        value = live.get(key) or ""
+        value = "" if value == "(null)" else value
+        have = {w.split("=", 1)[0].lower() for w in split_list(value)}
+        lacking = tuple(e for e in entries if e.split("=", 1)[0].lower() not in have)
+        if lacking:
+            found.append(MissingEntries(key, lacking, value))
+    return found
 
 
 def _program(name: str, path: str) -> str:
@@ -124,7 +192,6 @@ def render_slurm_conf(
     suspend_program: str,
     resume_fail_program: str,
     slurm_version: str = "24.11",
-    site_slurmctld_parameters: Sequence[str] = (),
     suspend_time: int = 300,
     suspend_timeout: int = 30,
     resume_timeout: int = 600,
@@ -133,32 +200,36 @@ def render_slurm_conf(
     resume_rate: int | None = None,
     suspend_rate: int | None = None,
     config_overrides: bool = False,
-    site_slurmd_parameters: Sequence[str] = (),
     private_data_cloud: bool = False,
-    site_private_data: Sequence[str] = (),
     tree_width: int | None = None,
-    site_gres_types: Sequence[str] = (),
     default_partition: str | None = None,
     return_to_service: int | None = None,
     job_ready_program: str | None = None,
     site_prolog_slurmctld: str = "",
+    write_list_globals: bool = False,
+    site_slurmctld_parameters: Sequence[str] = (),
+    site_slurmd_parameters: Sequence[str] = (),
+    site_private_data: Sequence[str] = (),
+    site_gres_types: Sequence[str] = (),
     source: str = "the bridge configuration",
 ) -> str:
     """The slurm.conf text for ``pools`` with power saving wired to the bridge's hooks.
 
-    Times are seconds and go on the bridge's partitions. ``site_*`` are the site's current
-    values of list-valued globals (from ``scontrol show config`` or the user): a written global
-    is the site's list plus ours, never a replacement. Optional globals, each written only when
-    set: ``global_timeouts`` (the three times globally as well: every node of the cluster),
-    ``global_suspend_time_infinite`` (``SuspendTime=INFINITE``: no node outside the bridge's
-    partitions is powered down), ``resume_rate``/``suspend_rate`` (0: unlimited),
-    ``config_overrides`` (Slurm trusts the configured CPUs/RealMemory: slurmd in a pod sees
-    the host's hardware, not the pod's limits), ``private_data_cloud`` (22.05 only: it hides
-    CLOUD nodes from sinfo/scontrol, the bridge's included, without it), ``tree_width``,
-    ``default_partition`` (``Default=YES`` on that bridge partition), ``return_to_service``,
-    ``job_ready_program`` (``PrologSlurmctld``: slurm_plugins/job_ready, which returns once a
-    job's nodes are up, so the job starts then and not at slurmctld's next periodic check;
-    refused when the site runs another PrologSlurmctld, ``site_prolog_slurmctld``).
+    Times are seconds and go on the bridge's partitions. List-valued globals are not written:
+    comments name the entries the site's own lines must hold (:func:`required_list_entries`:
+    SlurmctldParameters; GresTypes for pools with Gres; SlurmdParameters with
+    ``config_overrides``, which makes Slurm trust the configured CPUs/RealMemory, since slurmd
+    in a pod sees the host's hardware; PrivateData with ``private_data_cloud``, 22.05 only,
+    which hides CLOUD nodes from sinfo/scontrol without it). ``write_list_globals`` writes them
+    instead, each the ``site_*`` list plus ours: only for a slurm.conf generated whole every
+    time. Optional globals, each written only when set: ``global_timeouts`` (the three times
+    globally as well: every node of the cluster), ``global_suspend_time_infinite``
+    (``SuspendTime=INFINITE``: no node outside the bridge's partitions is powered down),
+    ``resume_rate``/``suspend_rate`` (0: unlimited), ``tree_width``, ``default_partition``
+    (``Default=YES`` on that bridge partition), ``return_to_service``, ``job_ready_program``
+    (``PrologSlurmctld``: slurm_plugins/job_ready, which returns once a job's nodes are up, so
+    the job starts then and not at slurmctld's next periodic check; refused when the site runs
+    another PrologSlurmctld, ``site_prolog_slurmctld``).
     """
     series = series_of(slurm_version)
     if not pools.pools:
@@ -168,11 +239,12 @@ def render_slurm_conf(
         raise ConfigError(
             f"default_partition: {default_partition!r} is none of {', '.join(partitions)}"
         )
-    if private_data_cloud and _at_least(series, 23, 2):
-        raise ConfigError(
-            f"private_data_cloud: PrivateData=cloud is not a value Slurm {series} knows "
-            "(it shows CLOUD nodes anyway); only 22.05 needs it"
-        )
+    required = required_list_entries(
+        pools,
+        slurm_version=series,
+        config_overrides=config_overrides,
+        private_data_cloud=private_data_cloud,
+    )
     timing = {
         "SuspendTime": _seconds("suspend_time", suspend_time, 1),
         "SuspendTimeout": _seconds("suspend_timeout", suspend_timeout, 1),
@@ -187,32 +259,30 @@ def render_slurm_conf(
                 f"shorter than resume_timeout {resume_timeout}, or Slurm gives up first"
             )
 
-    ours = list(REQUIRED_SLURMCTLD_PARAMETERS)
-    if not _at_least(series, 23, 2):
-        ours.insert(0, CLOUD_REG_ADDRS)
-    site_params = split_list(site_slurmctld_parameters)
-    if _at_least(series, 23, 2):  # 23.02+ logs it as an error: drop it from the site's too
-        site_params = tuple(w for w in site_params if w.lower() != CLOUD_REG_ADDRS)
     globals_: dict[str, str] = {
         "ResumeProgram": _program("resume_program", resume_program),
         "SuspendProgram": _program("suspend_program", suspend_program),
         "ResumeFailProgram": _program("resume_fail_program", resume_fail_program),
-        "SlurmctldParameters": ",".join(merge_list(site_params, ours)),
     }
+    if write_list_globals:
+        site_lists = {
+            "SlurmctldParameters": split_list(site_slurmctld_parameters),
+            "GresTypes": split_list(site_gres_types),
+            "SlurmdParameters": split_list(site_slurmd_parameters),
+            "PrivateData": split_list(site_private_data),
+        }
+        if _at_least(series, 23, 2):  # 23.02+ logs it as an error: drop it from the site's too
+            site_lists["SlurmctldParameters"] = tuple(
+                w for w in site_lists["SlurmctldParameters"] if w.lower() != CLOUD_REG_ADDRS
+            )
+        for key, entries in required.items():
+            globals_[key] = ",".join(merge_list(site_lists[key], entries))
     globals_.update(
         _optional_globals(
             timing if global_timeouts else {},
             global_suspend_time_infinite=global_suspend_time_infinite,
             resume_rate=resume_rate,
             suspend_rate=suspend_rate,
-            slurmd_parameters=(
-                merge_list(split_list(site_slurmd_parameters), ["config_overrides"])
-                if config_overrides
-                else ()
-            ),
-            private_data=(
-                merge_list(split_list(site_private_data), ["cloud"]) if private_data_cloud else ()
-            ),
             tree_width=tree_width,
             return_to_service=return_to_service,
         )
@@ -226,19 +296,23 @@ def render_slurm_conf(
                 "(it needs SLURM_JOB_ID and SLURM_JOB_NODELIST) or render without it"
             )
         globals_["PrologSlurmctld"] = prolog
-    gres_types = sorted({word.split(":", 1)[0] for pool in pools for word in pool.gres})
-    if gres_types:
-        globals_["GresTypes"] = ",".join(merge_list(split_list(site_gres_types), gres_types))
 
     lines = [
         f"# Generated by slurm-k8s-bridge from {source} for Slurm {series}. Do not edit:",
         "# change the bridge configuration and render again, so Slurm's nodes and the bridge's",
         "# pods agree. Include it at the end of slurm.conf. The globals below are all it sets;",
-        "# SlurmctldParameters is the site's list plus the bridge's entries, so it replaces the",
-        "# site's line without losing any of it. `render-slurm-conf --check` lists the changes.",
+        "# `render-slurm-conf --check` lists what they would change in the running slurmctld.",
         "",
-        "# Globals: Slurm wakes and suspends nodes through the bridge's hooks.",
     ]
+    if not write_list_globals:
+        lines += [
+            "# Not set here, so the site's own lines (and its later edits) stay in force: the",
+            "# site's slurm.conf must hold these entries in its own lines (`render-slurm-conf",
+            "# --check` and `slurm-k8s-bridge doctor` verify them):",
+            *(f"#   {key}: {','.join(entries)}" for key, entries in required.items()),
+            "",
+        ]
+    lines += ["# Globals: Slurm wakes and suspends nodes through the bridge's hooks."]
     lines += [f"{key}={value}" for key, value in globals_.items()]
     lines += ["", "# Nodes: each exists only while its pod runs."]
     lines += [node_line(pool) for pool in pools]
@@ -262,8 +336,6 @@ def _optional_globals(
     global_suspend_time_infinite: bool,
     resume_rate: int | None,
     suspend_rate: int | None,
-    slurmd_parameters: Sequence[str],
-    private_data: Sequence[str],
     tree_width: int | None,
     return_to_service: int | None,
 ) -> dict[str, str]:
@@ -277,10 +349,6 @@ def _optional_globals(
         found["ResumeRate"] = str(_seconds("resume_rate", resume_rate))
     if suspend_rate is not None:
         found["SuspendRate"] = str(_seconds("suspend_rate", suspend_rate))
-    if slurmd_parameters:
-        found["SlurmdParameters"] = ",".join(slurmd_parameters)
-    if private_data:
-        found["PrivateData"] = ",".join(private_data)
     if tree_width is not None:
         found["TreeWidth"] = str(_seconds("tree_width", tree_width, 1))
     if return_to_service is not None:

@@ -567,6 +567,8 @@ class Harness:
                 resume_fail_program=str(self.hooks / "resume_fail"),
                 default_partition="chaos",
                 source="dev/bench/chaos.py",
+                # This slurm.conf is written whole, every run: the list globals go in too.
+                write_list_globals=True,
                 # The proving ground's own render options (Slurm 22.05), with our timers.
                 **{
                     **render_options(HOST_SERIES),

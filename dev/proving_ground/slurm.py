@@ -202,6 +202,9 @@ def render_slurm_conf(
         # kept out of it, as a site keeps its own nodes.
         *(f"{key}={value}" for key, value in timing.items()),
         f"SuspendExcNodes={STATIC_NODE}",
+        # The bridge's entries in the site's own list-valued lines: the fragment names them
+        # and does not set them, so an edit here is in force after a reconfigure.
+        *site_list_lines(layout, series),
         f"NodeName={STATIC_NODE} NodeAddr=127.0.0.1 Port={STATIC_PORT} CPUs=1 RealMemory=512 "
         "State=UNKNOWN",
         f"PartitionName=static Nodes={STATIC_NODE} MaxTime=INFINITE State=UP",
@@ -215,6 +218,27 @@ def render_slurm_conf(
         f"Include {fragment_path(layout).name}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def site_list_lines(layout: Layout, series: str) -> list[str]:
+    """SlurmctldParameters and the other list globals as the site's slurm.conf holds them:
+    the ground's own entries plus those ``render-slurm-conf`` names as the bridge's."""
+    from bridge.config import load_config
+    from bridge.domain.slurm_conf import merge_list, required_list_entries
+
+    options = render_options(series)
+    config = load_config(str(bridge_config_path(layout)), environ={})
+    required = required_list_entries(
+        config.pools,
+        slurm_version=series,
+        config_overrides=options["config_overrides"],
+        private_data_cloud=options["private_data_cloud"],
+    )
+    own = {"SlurmctldParameters": options["site_slurmctld_parameters"]}
+    return [
+        f"{key}={','.join(merge_list(own.get(key, ()), entries))}"
+        for key, entries in required.items()
+    ]
 
 
 def cgroup_version() -> int:
@@ -258,7 +282,6 @@ def render_fragment_argv(layout: Layout, series: str, venv: Path) -> list[str]:
         # Jobs start as soon as their pods' slurmd registered, not ~25 s later.
         "--job-ready-prolog", "--job-ready-program", str(plugins / "job_ready"),
         "--slurm-version", series,
-        "--slurmctld-parameters", ",".join(options["site_slurmctld_parameters"]),
         "--suspend-time", str(options["suspend_time"]),
         "--suspend-timeout", str(options["suspend_timeout"]),
         "--resume-timeout", str(options["resume_timeout"]),

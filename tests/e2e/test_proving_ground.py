@@ -14,6 +14,7 @@ from tests.cluster import (
     job_state,
     node,
     reset_nodes,
+    site_slurmd_pod,
     submit,
     wait_for,
     wait_idle_powered_down,
@@ -26,50 +27,12 @@ pytestmark = pytest.mark.e2e
 NODE = "stray-1"
 
 
-def slurmd_pod(name: str) -> dict[str, object]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "slurm", "labels": {"test": "proving-ground"}},
-        "spec": {
-            "hostname": name,
-            "restartPolicy": "Never",
-            "enableServiceLinks": False,
-            "automountServiceAccountToken": False,
-            "nodeSelector": {"slurm-k8s-bridge.io/node-kind": "real"},
-            "containers": [
-                {
-                    "name": "slurmd",
-                    "image": "localhost/slurm-k8s-bridge/slurmd:dev",
-                    "imagePullPolicy": "Never",
-                    "env": [
-                        {"name": "SLURM_NODENAME", "value": name},
-                        {"name": "SLURM_CONF_SERVER", "value": "10.213.0.1:6817"},
-                        {
-                            "name": "MUNGE_SOCKET",
-                            "value": "/run/skb-ground/munge/munge.socket.2",
-                        },
-                    ],
-                    "securityContext": {"privileged": True},
-                    "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
-                    "volumeMounts": [
-                        {"name": "munge", "mountPath": "/etc/munge-secret", "readOnly": True}
-                    ],
-                }
-            ],
-            "volumes": [
-                {"name": "munge", "secret": {"secretName": "slurm-munge-key", "defaultMode": 256}}
-            ],
-        },
-    }
-
-
 def test_slurmd_pod_registers_and_srun_reaches_it(proving_ground: ProvingGround) -> None:
     pg = proving_ground
     pg.kubectl("-n", "slurm", "delete", "pod", NODE, "--ignore-not-found", "--wait=true")
     reset_nodes(pg, NODE)
     wait_idle_powered_down(pg, NODE)
-    pg.kubectl("create", "-f", "-", input_text=json.dumps(slurmd_pod(NODE)))
+    pg.kubectl("create", "-f", "-", input_text=json.dumps(site_slurmd_pod(NODE)))
     try:
         pod = wait_for(
             "pod Running",

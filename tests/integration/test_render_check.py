@@ -13,6 +13,7 @@ import pytest
 import yaml
 from proving_ground.slurm import STATIC_NODE, fragment_path
 
+from tests.cluster import wait_for
 from tests.conftest import ProvingGround
 
 pytestmark = pytest.mark.integration
@@ -121,3 +122,43 @@ def test_pools_reusing_the_site_s_names_are_refused_and_nothing_is_written(
         assert done.stdout == ""
     assert fragment.read_bytes() == before
     assert "UP" in pg.slurm("scontrol", "ping")
+
+
+def test_an_edit_of_the_site_s_own_slurmctld_parameters_is_in_force(
+    proving_ground: ProvingGround,
+) -> None:
+    """Issue 30 item 3: the fragment used to carry a copy of SlurmctldParameters taken at render
+    time; Included last, it replaced the site's own line, so a site's later edit of that line
+    was silently overridden at the next reconfigure. Now the line is the site's alone: the edit
+    is in force, and --check still finds the bridge's entries in it."""
+    pg = proving_ground
+    site = pg.layout.slurm_conf
+    before = site.read_text()
+    lines = before.splitlines()
+    at = next((i for i, line in enumerate(lines) if line.startswith("SlurmctldParameters=")), None)
+    edit = "max_dbd_msg_action=discard"
+    if at is None:  # a site without the line: it adds one
+        at = next(i for i, line in enumerate(lines) if line.startswith("Include "))
+        lines.insert(at, f"SlurmctldParameters={edit}")
+    else:
+        lines[at] += f",{edit}"
+    try:
+        site.write_text("\n".join(lines) + "\n")
+        pg.slurm("scontrol", "reconfigure")
+        seen: list[str] = []
+
+        def running_params() -> str | None:
+            # 23.11+ re-executes slurmctld on reconfigure: it may not answer for a moment.
+            shown = pg.slurm("scontrol", "show", "config", check=False)
+            seen[:] = [line for line in shown.splitlines() if line.startswith("SlurmctldParam")]
+            return seen[0] if seen and edit in seen[0] else None
+
+        try:
+            wait_for("the site's edit in the running SlurmctldParameters", running_params, 20)
+        except AssertionError as e:
+            raise AssertionError(f"the site's edit is not in force: {seen}") from e
+        done = check(pg)
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        site.write_text(before)
+        pg.slurm("scontrol", "reconfigure")

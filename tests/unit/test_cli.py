@@ -166,17 +166,23 @@ Configuration data as of 2026-12-03T08:30:42
 GresTypes               = (null)
 PrivateData             = jobs,usage
 ResumeProgram           = (null)
-SlurmctldParameters     = enable_configless,max_dbd_msg_action=discard
+SlurmctldParameters     = {params}
 SLURM_VERSION           = {version}
 TreeWidth               = 50
 """
 
 
-def fake_slurm(tmp_path: Path, version: str = "24.11.5", fail: bool = False) -> Path:
+#: The site's SlurmctldParameters with every entry the bridge needs (24.11).
+SITE_PARAMS = "enable_configless,max_dbd_msg_action=discard,idle_on_node_suspend"
+
+
+def fake_slurm(
+    tmp_path: Path, version: str = "24.11.5", fail: bool = False, params: str = SITE_PARAMS
+) -> Path:
     """A config whose slurm.bin_dir holds a fake scontrol answering `show config`/`--version`."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (tmp_path / "show-config").write_text(SHOW_CONFIG.format(version=version))
+    (tmp_path / "show-config").write_text(SHOW_CONFIG.format(version=version, params=params))
     scontrol = bin_dir / "scontrol"
     body = (
         "echo 'slurm_load_ctl_conf error: Unable to contact slurm controller' >&2; exit 1\n"
@@ -223,10 +229,25 @@ def globals_of(text: str) -> dict[str, str]:
     return rendered_globals(text)
 
 
-def test_render_merges_the_running_sites_parameters(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("params", "warning"),
+    [
+        (SITE_PARAMS, ""),
+        (
+            "enable_configless,max_dbd_msg_action=discard",
+            "slurm-k8s-bridge render-slurm-conf: warning: SlurmctldParameters: lacks "
+            "idle_on_node_suspend (running: enable_configless,max_dbd_msg_action=discard); add "
+            "them to the site's own SlurmctldParameters line, then `scontrol reconfigure`\n",
+        ),
+    ],
+    ids=["the-site-has-them", "one-lacking"],
+)
+def test_render_leaves_the_list_globals_to_the_site(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], params: str, warning: str
 ) -> None:
-    config = fake_slurm(tmp_path)
+    """Issue 30 item 3: the fragment writes no SlurmctldParameters (an Included copy would undo
+    the site's later edits); it names the entries, and warns about those the running lacks."""
+    config = fake_slurm(tmp_path, params=params)
     hooks = hooks_dir(tmp_path)
     assert main(["render-slurm-conf", "-c", str(config), "--hooks-dir", str(hooks)]) == 0
     out, err = capsys.readouterr()
@@ -234,10 +255,10 @@ def test_render_merges_the_running_sites_parameters(
         "ResumeProgram": f"{hooks}/resume",
         "SuspendProgram": f"{hooks}/suspend",
         "ResumeFailProgram": f"{hooks}/resume_fail",
-        "SlurmctldParameters": "enable_configless,max_dbd_msg_action=discard,idle_on_node_suspend",
     }
+    assert "#   SlurmctldParameters: enable_configless,idle_on_node_suspend\n" in out
     assert "for Slurm 24.11" in out
-    assert err == ""
+    assert err == warning
 
 
 def test_render_for_22_05_warns_about_private_data(
@@ -248,12 +269,15 @@ def test_render_for_22_05_warns_about_private_data(
     argv = ["render-slurm-conf", "-c", str(config), "--hooks-dir", str(hooks)]
     assert main(argv) == 0
     out, err = capsys.readouterr()
-    assert "cloud_reg_addrs" in globals_of(out)["SlurmctldParameters"]
+    assert "#   SlurmctldParameters: cloud_reg_addrs,enable_configless,idle_on_node_suspend" in out
+    assert "SlurmctldParameters: lacks cloud_reg_addrs" in err
     assert "--private-data-cloud" in err
     assert main([*argv, "--private-data-cloud"]) == 0
     out, err = capsys.readouterr()
-    assert globals_of(out)["PrivateData"] == "jobs,usage,cloud"  # the site's privacy kept
-    assert err == ""
+    assert "PrivateData" not in globals_of(out)  # the site's line, with its privacy, is kept
+    assert "#   PrivateData: cloud\n" in out
+    assert "PrivateData: lacks cloud (running: jobs,usage)" in err
+    assert "--private-data-cloud" not in err
 
 
 def test_render_without_a_running_slurmctld_needs_the_parameters(
@@ -264,10 +288,22 @@ def test_render_without_a_running_slurmctld_needs_the_parameters(
     argv = ["render-slurm-conf", "-c", str(config), "--hooks-dir", str(hooks)]
     assert main(argv) == 1
     err = capsys.readouterr().err
-    assert "Unable to contact slurm controller" in err and "--slurmctld-parameters" in err
-    assert main([*argv, "--slurmctld-parameters", "", "--slurm-version", "26.05"]) == 0
-    out = capsys.readouterr().out
-    assert globals_of(out)["SlurmctldParameters"] == "enable_configless,idle_on_node_suspend"
+    assert "Unable to contact slurm controller" in err and "--slurm-version" in err
+    assert main([*argv, "--slurm-version", "26.05"]) == 0
+    out, err = capsys.readouterr()
+    assert "SlurmctldParameters" not in globals_of(out)
+    assert err == (
+        "slurm-k8s-bridge render-slurm-conf: note: the site's own SlurmctldParameters line must "
+        "hold enable_configless,idle_on_node_suspend (this render does not set it)\n"
+    )
+    # A slurm.conf generated whole (the in-cluster image) asks for the lines themselves.
+    whole = ["--write-list-globals", "--slurmctld-parameters", "power_save_interval=5"]
+    assert main([*argv, "--slurm-version", "26.05", *whole]) == 0
+    out, err = capsys.readouterr()
+    assert globals_of(out)["SlurmctldParameters"] == (
+        "power_save_interval=5,enable_configless,idle_on_node_suspend"
+    )
+    assert err == ""
 
 
 @pytest.mark.parametrize(
@@ -368,7 +404,75 @@ def test_render_refuses_pools_that_reuse_the_site_s_names(
         assert "sbatch -p site,k8s" in err
 
 
-ALL_GLOBALS = "ResumeProgram,SuspendProgram,ResumeFailProgram,SlurmctldParameters"
+ALL_GLOBALS = "ResumeProgram,SuspendProgram,ResumeFailProgram"
+
+IPMI = "/opt/ipmi/power-on"
+
+
+@pytest.mark.parametrize(
+    ("site_lines", "hooks_env", "refused"),
+    [
+        pytest.param(
+            f"ResumeProgram={IPMI}\n", "", [f"SKB_SITE_RESUME_PROGRAM={IPMI}"], id="taken"
+        ),
+        pytest.param(
+            f"ResumeProgram={IPMI}\nSuspendProgram=/opt/ipmi/off\n",
+            f"SKB_SITE_RESUME_PROGRAM={IPMI}\n",
+            ["SKB_SITE_SUSPEND_PROGRAM=/opt/ipmi/off"],
+            id="one-handed-off-one-not",
+        ),
+        pytest.param(
+            f"ResumeProgram={IPMI}\nSuspendProgram=/opt/ipmi/off\n",
+            f"SKB_SITE_RESUME_PROGRAM='{IPMI}'\nSKB_SITE_SUSPEND_PROGRAM=/opt/ipmi/off\n",
+            [],
+            id="handed-off",
+        ),
+        pytest.param(
+            "resumeprogram=/opt/old-bridge/resume\n", "", [], id="an-earlier-install-of-ours"
+        ),
+        pytest.param(
+            f"#ResumeProgram={IPMI}\nResumeProgram={IPMI}  # the last line wins\n"
+            "ResumeProgram=/opt/old-bridge/resume\n",
+            "",
+            [],
+            id="overridden-before-the-include",
+        ),
+    ],
+)
+def test_render_refuses_to_take_the_site_s_power_saving_without_a_hand_off(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    site_lines: str,
+    hooks_env: str,
+    refused: list[str],
+) -> None:
+    """Issue 30 item 2: the programs are global; a site powering its own nodes (IPMI) would
+    lose that, its nodes sitting POWERING_UP until ResumeTimeout. The render refuses unless
+    hooks.env hands the nodes no pool owns to the site's programs."""
+    config = fake_slurm(tmp_path)
+    (tmp_path / "opt" / "old-bridge").mkdir(parents=True)
+    (tmp_path / "slurm.conf").write_text(
+        SITE_CONF.replace("/opt/old-bridge", str(tmp_path / "opt" / "old-bridge"))
+        + site_lines.replace("/opt/old-bridge", str(tmp_path / "opt" / "old-bridge"))
+    )
+    (tmp_path / "opt" / "old-bridge" / "resume").write_text(
+        '#!/bin/sh\nskb_kind=resume\n. "$skb_dir/hook.sh"\n'
+    )
+    hooks = hooks_dir(tmp_path)
+    if hooks_env:
+        (hooks / "hooks.env").write_text(hooks_env)
+    argv = ["render-slurm-conf", "-c", str(config), "--hooks-dir", str(hooks)]
+    code = main(argv)
+    out, err = capsys.readouterr()
+    if refused:
+        assert code == 1
+        assert out == ""
+        named = [line.strip() for line in err.splitlines() if line.startswith("  SKB_SITE_")]
+        assert named == refused, err
+        assert f"to {hooks}/hooks.env" in err
+    else:
+        assert code == 0, err
+        assert globals_of(out)["ResumeProgram"] == f"{hooks}/resume"
 
 
 @pytest.mark.parametrize(
@@ -414,11 +518,8 @@ def test_check_names_every_global_it_would_change(
         f"ResumeProgram: (not set) -> {hooks}/resume  [not listed in --allow-change]",
         f"SuspendProgram: (not set) -> {hooks}/suspend  [not listed in --allow-change]",
         f"ResumeFailProgram: (not set) -> {hooks}/resume_fail  [not listed in --allow-change]",
-        "SlurmctldParameters: enable_configless,max_dbd_msg_action=discard -> "
-        "enable_configless,max_dbd_msg_action=discard,idle_on_node_suspend  "
-        "[not listed in --allow-change]",
-        "render-slurm-conf --check: 4 global(s) would change; not listed: ResumeProgram, "
-        "SuspendProgram, ResumeFailProgram, SlurmctldParameters",
+        "render-slurm-conf --check: 3 global(s) would change; not listed: ResumeProgram, "
+        "SuspendProgram, ResumeFailProgram",
     ]  # TreeWidth=50 is what runs already: not a change
     allow = [
         "--allow-change",
@@ -426,8 +527,28 @@ def test_check_names_every_global_it_would_change(
         "--allow-change",
         "resumefailprogram",
     ]
-    assert main([*argv, *allow, "--allow-change", "SlurmctldParameters"]) == 0
+    assert main([*argv, *allow]) == 0
     assert "[not listed" not in capsys.readouterr().out
+
+
+def test_check_names_the_entries_the_site_s_lists_lack(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 30 item 3: the site's own line must hold the bridge's entries; --check says which
+    it lacks and where they go, and exits 4 (even when every change is allowed)."""
+    config = fake_slurm(tmp_path, params="max_dbd_msg_action=discard")
+    hooks = hooks_dir(tmp_path)
+    argv = ["render-slurm-conf", "-c", str(config), "--hooks-dir", str(hooks), "--check"]
+    assert main([*argv, "--allow-change", ALL_GLOBALS]) == 4
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (
+        "SlurmctldParameters: lacks enable_configless,idle_on_node_suspend (running: "
+        "max_dbd_msg_action=discard); add them to the site's own SlurmctldParameters line"
+    )
+    assert out[-1] == (
+        "render-slurm-conf --check: 1 list global(s) lack the bridge's entries; add them to "
+        "the site's own lines, then `scontrol reconfigure`"
+    )
 
 
 @pytest.mark.parametrize(

@@ -833,3 +833,59 @@ def test_site_names_fail_on_a_name_the_site_defines(
     check = doctor.check_site_names("/etc/slurm/slurm.conf", clashes, error)
     assert check.status is status
     assert check.cause.startswith(said), check.cause
+
+
+@pytest.mark.parametrize(
+    ("missing", "error", "status", "said"),
+    [
+        ([], "", Status.PASS, "SlurmctldParameters (and GresTypes) hold the bridge's entries"),
+        (
+            ["SlurmctldParameters: lacks idle_on_node_suspend (running: enable_configless); add"],
+            "",
+            Status.FAIL,
+            "SlurmctldParameters: lacks idle_on_node_suspend",
+        ),
+        ([], "slurm_version: no version in ''", Status.WARN, "not compared: slurm_version"),
+    ],
+)
+def test_list_globals_fail_while_the_site_s_line_lacks_an_entry(
+    missing: list[str], error: str, status: Status, said: str
+) -> None:
+    check = doctor.check_list_globals(missing, error)
+    assert check.status is status
+    assert check.cause.startswith(said), check.cause
+
+
+@pytest.mark.parametrize(
+    ("handed", "problems", "unhanded", "status", "said"),
+    [
+        ({}, [], [], Status.PASS, "none configured"),
+        (
+            {"SKB_SITE_RESUME_PROGRAM": "/opt/ipmi/on"},
+            [],
+            [],
+            Status.PASS,
+            "nodes no pool owns go to SKB_SITE_RESUME_PROGRAM=/opt/ipmi/on",
+        ),
+        (
+            {"SKB_SITE_RESUME_PROGRAM": "ipmi-on"},
+            ["SKB_SITE_RESUME_PROGRAM: ipmi-on is not an absolute path"],
+            [],
+            Status.FAIL,
+            "SKB_SITE_RESUME_PROGRAM: ipmi-on is not an absolute path",
+        ),
+        (
+            {},
+            [],
+            ["the site's SuspendProgram=/opt/ipmi/off is replaced by /x/suspend, not handed off"],
+            Status.FAIL,
+            "the site's SuspendProgram=/opt/ipmi/off",
+        ),
+    ],
+)
+def test_site_hand_off(
+    handed: dict[str, str], problems: list[str], unhanded: list[str], status: Status, said: str
+) -> None:
+    check = doctor.check_site_handoff("/etc/slurm-k8s-bridge/hooks.env", handed, problems, unhanded)
+    assert check.status is status
+    assert check.cause.startswith(said), check.cause

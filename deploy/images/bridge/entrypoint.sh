@@ -39,13 +39,16 @@ write_slurm_conf() {
         echo
         # Rendered before slurmctld runs, so its version and the site's SlurmctldParameters
         # (those of $SLURM_CONF_HEAD, $SKB_SLURMCTLD_PARAMETERS) are given, not read from it.
+        # This slurm.conf is generated whole at every start, so the render writes the list
+        # globals too (an Include into a site's own slurm.conf must not: --write-list-globals).
         # $SKB_RENDER_ARGS: further render-slurm-conf options (word-split).
         # shellcheck disable=SC2086
         /usr/local/bin/slurm-k8s-bridge render-slurm-conf --config "$config" \
             --hooks-dir "$plugins" --suspend-time "${SKB_SUSPEND_TIME:-300}" \
             --suspend-timeout "${SKB_SUSPEND_TIMEOUT:-30}" \
             --resume-timeout "${SKB_RESUME_TIMEOUT:-600}" \
-            --slurm-version "$series" --slurmctld-parameters "${SKB_SLURMCTLD_PARAMETERS-}" \
+            --slurm-version "$series" --write-list-globals \
+            --slurmctld-parameters "${SKB_SLURMCTLD_PARAMETERS-}" \
             --config-overrides --resume-rate 0 --suspend-rate 0 --tree-width 65533 \
             $version_args ${SKB_RENDER_ARGS-}
     } >"$conf.tmp"
