@@ -286,9 +286,7 @@ def _handoff_check(config: BridgeConfig, settings: dict[str, str], resume: Path)
     for key, program in site.items():
         running = settings.get(key, "")
         if program != running and handed.get(POWER_PROGRAMS[key]) != program:
-            unhanded.append(
-                f"the site's {key}={program} is replaced by {running}, not handed off"
-            )
+            unhanded.append(f"the site's {key}={program} is replaced by {running}, not handed off")
     return check_site_handoff(str(env_path), handed, problems, unhanded)
 
 
