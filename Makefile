@@ -85,7 +85,7 @@ check: venv hook-client lint ## the inner loop (~2 min): lint, then the unit and
 	$(PY) -m pytest -m 'unit or tooling' -q $(PYTEST_ARGS)
 
 test: deps venv hook-client lint ## everything: unit, integration and e2e against the proving ground
-	@$(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
+	@$(PY) -m pytest -q --durations=30 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 demo: deps venv hook-client ## the elastic cycle, live: jobs scale slurmd pods up and down
