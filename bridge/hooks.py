@@ -17,6 +17,17 @@ other hooks only log, since the bridge's reconcile loop repairs them later. Exit
 the bridge took the call (per-node failures are the bridge's to handle), 1 when it did not,
 2 for a usage error.
 
+Hand-off: slurmctld has one ResumeProgram (SuspendProgram, ResumeFailProgram) for all nodes, so
+a site that powers its own static nodes names its previous program in ``SKB_SITE_RESUME_PROGRAM``
+(``SKB_SITE_SUSPEND_PROGRAM``, ``SKB_SITE_RESUME_FAIL_PROGRAM``). After the bridge answered a
+resume, suspend or resume_fail, the nodes it answered UNKNOWN_NODE for (no pool owns them) are
+the site's: the log line gains ``handed_off=<nodes> program=<path>`` and the hook execs
+``<path> <nodes>`` in its place (same pid, so the program's exit status is the hook's), without
+the ``SKB_*`` variables and, for a resume, with ``SLURM_RESUME_FILE`` naming a memfd that holds
+the file's bytes as slurmctld wrote them (slurmctld's own fd is short-lived). A program that is
+not an absolute path, or fails to start, is a second line ``handoff=failed`` and exit status 1.
+When the bridge did not answer, nothing is handed off: which nodes are the site's is unknown.
+
 Start-up time matters (Slurm waits for ResumeProgram): only ``os``, ``sys`` and ``time`` are
 imported up front; the resume file is read before grpc is even imported, because its fd is
 short-lived.
@@ -24,7 +35,9 @@ short-lived.
 Settings (environment, normally from ``slurm_plugins/hooks.env``): ``SKB_SOCKET`` (gRPC target,
 ``unix:/path`` or ``host:port``), ``SKB_SLURM_BIN`` (directory holding ``scontrol``),
 ``SKB_HOOK_LOG`` (log file; empty: stderr only), ``SKB_TIMEOUT_S`` (total deadline, retries
-included), ``SKB_TLS_CERT``/``SKB_TLS_KEY``/``SKB_TLS_CA`` (mutual TLS for a TCP target).
+included), ``SKB_TLS_CERT``/``SKB_TLS_KEY``/``SKB_TLS_CA`` (mutual TLS for a TCP target),
+``SKB_SITE_RESUME_PROGRAM``/``SKB_SITE_SUSPEND_PROGRAM``/``SKB_SITE_RESUME_FAIL_PROGRAM`` (the
+hand-off above; unset or empty: none).
 """
 
 from __future__ import annotations
@@ -34,9 +47,14 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from bridge.hook_handoff import hand_off, initial_environ, site_env
 from bridge.settings import DEFAULT_TARGET as DEFAULT_SOCKET
-from bridge.settings import hooks_env_values
+from bridge.settings import HOOKS_ENV_PATH, hooks_env_values
+
+if TYPE_CHECKING:
+    from bridge.domain.results import NodeResult
 
 DEFAULT_SLURM_BIN = "/usr/bin"
 DEFAULT_HOOK_LOG = "/var/log/slurm/slurm-k8s-bridge-hooks.log"
@@ -55,6 +73,12 @@ HOOK_KINDS = ("resume", "suspend", "resume_fail", "node_event")
 #: is not imported here for start-up time; a test keeps the two equal).
 EVENT_KINDS = ("down", "drain", "fail", "up", "idle")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+#: The setting naming the site's own program for each hook kind that hands nodes off.
+SITE_PROGRAM_KEYS = {
+    "resume": "SKB_SITE_RESUME_PROGRAM",
+    "suspend": "SKB_SITE_SUSPEND_PROGRAM",
+    "resume_fail": "SKB_SITE_RESUME_FAIL_PROGRAM",
+}
 
 
 @dataclass(frozen=True)
@@ -66,6 +90,10 @@ class HookSettings:
     log_path: str = DEFAULT_HOOK_LOG
     timeout_s: float = DEFAULT_TIMEOUT_S
     tls: tuple[str, str, str] | None = None
+    #: The site's own programs (see the module doc), by hook kind; "" for none.
+    site_resume_program: str = ""
+    site_suspend_program: str = ""
+    site_resume_fail_program: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> HookSettings:
@@ -78,7 +106,18 @@ class HookSettings:
             log_path=env.get("SKB_HOOK_LOG", DEFAULT_HOOK_LOG),
             timeout_s=parse_seconds(env.get("SKB_TIMEOUT_S", "")) or DEFAULT_TIMEOUT_S,
             tls=(cert, key, ca) if cert and key and ca else None,
+            site_resume_program=env.get(SITE_PROGRAM_KEYS["resume"], ""),
+            site_suspend_program=env.get(SITE_PROGRAM_KEYS["suspend"], ""),
+            site_resume_fail_program=env.get(SITE_PROGRAM_KEYS["resume_fail"], ""),
         )
+
+    def site_program(self, kind: str) -> str:
+        """The site's program the nodes no pool owns go to after a ``kind`` call ("": none)."""
+        return {
+            "resume": self.site_resume_program,
+            "suspend": self.site_suspend_program,
+            "resume_fail": self.site_resume_fail_program,
+        }.get(kind, "")
 
 
 def parse_seconds(text: str) -> float | None:
@@ -138,29 +177,35 @@ def _is_utf8(s: str) -> bool:
     return True
 
 
-def read_resume_file(env: Mapping[str, str]) -> tuple[str, str]:
-    """Contents of ``$SLURM_RESUME_FILE`` and a note when it was not sent.
+def read_resume_file(env: Mapping[str, str]) -> tuple[bytes | None, str]:
+    """The bytes of ``$SLURM_RESUME_FILE``, or None and a note saying why it was not read.
 
     Unset, unreadable or too big is not fatal: the bridge can still resume the hostlist without
-    the per-job context. The bytes are sent as they are, except that each byte that is not part
-    of a valid UTF-8 sequence becomes U+FFFD (the gRPC field is a UTF-8 string).
+    the per-job context. The bytes go to the bridge as :func:`resume_file_text` and, when the
+    hook hands nodes to the site's program, to that program as they are.
     """
     path = env.get("SLURM_RESUME_FILE")
     if not path:
-        return "", "no SLURM_RESUME_FILE"
+        return None, "no SLURM_RESUME_FILE"
     try:
         with open(path, "rb") as f:
             raw = f.read(RESUME_FILE_MAX + 1)
     except OSError as e:
-        return "", f"cannot read SLURM_RESUME_FILE: {e.strerror}"
+        return None, f"cannot read SLURM_RESUME_FILE: {e.strerror}"
     if len(raw) > RESUME_FILE_MAX:
-        return "", f"SLURM_RESUME_FILE over {RESUME_FILE_MAX} bytes: not sent"
+        return None, f"SLURM_RESUME_FILE over {RESUME_FILE_MAX} bytes: not sent"
+    return raw, ""
+
+
+def resume_file_text(raw: bytes) -> str:
+    """The resume file as the bridge gets it: its bytes, except that each byte that is not part
+    of a valid UTF-8 sequence becomes U+FFFD (the gRPC field is a UTF-8 string)."""
     # surrogateescape keeps one stand-in per undecodable byte ("replace" would merge a cut-off
     # sequence into one U+FFFD), so the rule is per byte, as a UTF-8 decoder reading bytes sees it.
     text = raw.decode("utf-8", "surrogateescape")
     if not _is_utf8(text):
         text = "".join("\ufffd" if "\udc80" <= c <= "\udcff" else c for c in text)
-    return text, ""
+    return text
 
 
 # --- the log line -----------------------------------------------------------------------------
@@ -211,7 +256,7 @@ def log_list(values: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    """Run one hook; returns the exit status."""
+    """Run one hook; returns the exit status (or, on a hand-off, becomes the site's program)."""
     start = time.monotonic()
     env = os.environ if env is None else env
     argv = sys.argv[1:] if argv is None else argv
@@ -221,10 +266,11 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
     except UsageError as e:
         _log(settings, f"argv={log_list(argv)} result=UsageError error={log_value(str(e))}")
         return EXIT_USAGE
-    note = ""
+    note, raw = "", None
     if call.kind == "resume":  # first thing: the fd behind the file lives only briefly
-        contents, note = read_resume_file(env)
-        call = HookCall(kind=call.kind, hostlist=call.hostlist, resume_file=contents)
+        raw, note = read_resume_file(env)
+        text = resume_file_text(raw) if raw is not None else ""
+        call = HookCall(kind=call.kind, hostlist=call.hostlist, resume_file=text)
     request_id = f"{call.kind}-{os.getpid()}-{os.urandom(3).hex()}"
     head = f"{call.name} request_id={request_id} hostlist={log_value(call.hostlist)}"
     if note:
@@ -232,7 +278,7 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
     # grpc's C core logs connection chatter to stderr at INFO otherwise.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     try:
-        summary = _send(call, settings, request_id)
+        results = _send(call, settings, request_id)
     except Exception as e:  # the process boundary: whatever went wrong must be logged and acted on
         failure, detail = _describe_failure(e)
         action = _on_failure(call, settings, failure, detail)
@@ -242,12 +288,30 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
             f"{_ms(start)}",
         )
         return EXIT_FAILED
-    _log(settings, f"{head} result=ok {summary} {_ms(start)}")
-    return EXIT_OK
+    line = f"{head} result=ok {summarize(results)}"
+    program = settings.site_program(call.kind)
+    nodes = site_nodes(results) if program else []
+    if not nodes:
+        _log(settings, f"{line} {_ms(start)}")
+        return EXIT_OK
+    handed_off = ",".join(nodes)  # a comma list is a Slurm hostlist
+    _log(
+        settings,
+        f"{line} handed_off={log_value(handed_off)} program={log_value(program)} {_ms(start)}",
+    )
+    environ = initial_environ()
+    program_env = site_env(env if environ is None else environ)
+    error = hand_off(program, handed_off, program_env, raw)  # returns only when it failed
+    _log(
+        settings,
+        f"{call.name} request_id={request_id} handoff=failed program={log_value(program)} "
+        f"error={log_value(error)}",
+    )
+    return EXIT_FAILED
 
 
-def _send(call: HookCall, settings: HookSettings, request_id: str) -> str:
-    """Make the RPC; returns a summary of per-node outcomes for the log line."""
+def _send(call: HookCall, settings: HookSettings, request_id: str) -> list[NodeResult]:
+    """Make the RPC; returns the per-node outcomes."""
     from bridge.rpc.client import BridgeClient, TlsFiles  # noqa: PLC0415 (start-up time, see module doc)
 
     tls = TlsFiles(*settings.tls) if settings.tls else None
@@ -255,13 +319,16 @@ def _send(call: HookCall, settings: HookSettings, request_id: str) -> str:
         if call.kind == "resume":
             # Not waiting for the pods: at a thousand nodes that outlasts our deadline, and
             # Slurm ignores our exit status; the bridge sets nodes it cannot back DOWN itself.
-            results = client.resume_nodes(call.hostlist, call.resume_file, request_id, wait=False)
-        elif call.kind == "suspend":
-            results = client.suspend_nodes(call.hostlist, request_id)
-        elif call.kind == "resume_fail":
-            results = client.resume_failed(call.hostlist, request_id)
-        else:
-            results = client.node_event(call.event, call.hostlist, "", request_id)
+            return client.resume_nodes(call.hostlist, call.resume_file, request_id, wait=False)
+        if call.kind == "suspend":
+            return client.suspend_nodes(call.hostlist, request_id)
+        if call.kind == "resume_fail":
+            return client.resume_failed(call.hostlist, request_id)
+        return client.node_event(call.event, call.hostlist, "", request_id)
+
+
+def summarize(results: list[NodeResult]) -> str:
+    """Per-node outcomes counted for the log line."""
     accepted = sum(1 for r in results if r.outcome.name == "ACCEPTED")
     not_ok = [r for r in results if r.outcome.name not in ("OK", "ACCEPTED")]
     ok = len(results) - accepted - len(not_ok)
@@ -270,6 +337,11 @@ def _send(call: HookCall, settings: HookSettings, request_id: str) -> str:
         shown = ", ".join(f"{r.node}:{r.error_class.name}:{r.message}" for r in not_ok[:5])
         summary += f" first_not_ok={log_value(shown)}"
     return summary
+
+
+def site_nodes(results: list[NodeResult]) -> list[str]:
+    """The nodes no pool owns (UNKNOWN_NODE), in the bridge's order: the site's to power."""
+    return [r.node for r in results if r.error_class.name == "UNKNOWN_NODE"]
 
 
 def _describe_failure(e: Exception) -> tuple[str, str]:
@@ -359,9 +431,9 @@ def _log(settings: HookSettings, message: str) -> None:
             )
 
 
-#: Settings file of the installed entry points (``slurm-k8s-bridge-resume`` and the others):
-#: slurmctld passes them no SKB_* variables. ``$SKB_HOOKS_ENV`` names another file.
-HOOKS_ENV_PATH = "/etc/slurm-k8s-bridge/hooks.env"
+#: The installed entry points (``slurm-k8s-bridge-resume`` and the others) read
+#: :data:`HOOKS_ENV_PATH` (``$SKB_HOOKS_ENV`` names another file): slurmctld passes them no
+#: SKB_* variables.
 HOOKS_ENV_KEYS = (
     "SKB_SOCKET",
     "SKB_SLURM_BIN",
@@ -370,6 +442,7 @@ HOOKS_ENV_KEYS = (
     "SKB_TLS_CERT",
     "SKB_TLS_KEY",
     "SKB_TLS_CA",
+    *SITE_PROGRAM_KEYS.values(),
 )
 
 

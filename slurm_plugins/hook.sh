@@ -8,7 +8,7 @@
 #              SKB_HOOK_CLIENT=python; it has bridge.hooks' contract and starts in milliseconds
 #   Python     otherwise: SKB_PYTHON, else <repo>/.venv/bin/python, else /usr/bin/python3
 # and then execs `skb-hook <kind> <args>` or `python -m bridge.hooks <kind> <args>`, which does
-# the work.
+# the work (and, for nodes no pool owns, execs the site's own program, SKB_SITE_*_PROGRAM).
 # job_ready (PrologSlurmctld) calls no bridge: it waits in job_ready.sh, then exits 0.
 # Expects: skb_kind (resume|suspend|resume_fail|node_event|job_ready), skb_self (the hook's real
 # path, symlinks resolved), "$@" as slurmctld passed it.
@@ -25,7 +25,8 @@ if [ -r "$skb_env" ]; then
         case $skb_line in
             SKB_HOOK_CLIENT=* | SKB_PYTHON=* | SKB_SOCKET=* | SKB_SLURM_BIN=* | SKB_HOOK_LOG=* | \
             SKB_TIMEOUT_S=* | SKB_TLS_CERT=* | SKB_TLS_KEY=* | SKB_TLS_CA=* | SKB_JOB_READY_MAX_S=* | \
-            SKB_SLURM_CONF=*)
+            SKB_SLURM_CONF=* | SKB_SITE_RESUME_PROGRAM=* | SKB_SITE_SUSPEND_PROGRAM=* | \
+            SKB_SITE_RESUME_FAIL_PROGRAM=*)
                 skb_key=${skb_line%%=*}
                 skb_value=${skb_line#*=}
                 case $skb_value in

@@ -7,8 +7,9 @@
 // It and the fallback, `python -m bridge.hooks` (used where this binary is not built, and by the
 // pip install's entry points), implement one contract: argv, SKB_* settings (hook.sh reads them
 // from hooks.env), the resume file, the RPCs and their fields, quick retries inside one deadline,
-// the log line, what a failed resume writes to Slurm (scontrol ... state=down), and the exit
-// status (0 the bridge took the call, 1 it did not, 2 bad arguments). The contract is one table
+// the log line, what a failed resume writes to Slurm (scontrol ... state=down), the hand-off of
+// nodes no pool owns to the site's own programs (handoff.go), and the exit status (0 the bridge
+// took the call, 1 it did not, 2 bad arguments; after a hand-off, the site program's). The contract is one table
 // in tests/unit/test_hook_client.py, which runs both clients through every row;
 // slurm_plugins/README.md says it in words.
 package main
@@ -56,6 +57,8 @@ type settings struct {
 	logPath  string
 	timeoutS float64
 	tls      *tlsFiles
+	// The site's own programs (handoff.go), by hook kind; "" for none.
+	siteResume, siteSuspend, siteResumeFail string
 }
 
 // tlsFiles are the PEM files of mutual TLS: our certificate and key, and the bridge's CA.
@@ -87,6 +90,9 @@ func settingsFromEnv(getenv func(string) (string, bool)) settings {
 	if cert != "" && key != "" && ca != "" {
 		s.tls = &tlsFiles{cert, key, ca}
 	}
+	s.siteResume = get(sitePrograms["resume"])
+	s.siteSuspend = get(sitePrograms["suspend"])
+	s.siteResumeFail = get(sitePrograms["resume_fail"])
 	return s
 }
 
@@ -171,30 +177,34 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// readResumeFile returns $SLURM_RESUME_FILE's text and a note when it was not sent; neither is
-// fatal: the bridge resumes the hostlist without the per-job context. The bytes are sent as they
-// are, except that each byte that is not part of valid UTF-8 becomes U+FFFD.
-func readResumeFile(getenv func(string) (string, bool)) (string, string) {
+// readResumeFile returns $SLURM_RESUME_FILE's bytes, or nil and a note saying why it was not
+// read; neither is fatal: the bridge resumes the hostlist without the per-job context. The bridge
+// gets them as validUTF8 makes them; a site program the hook hands nodes to, as they are.
+func readResumeFile(getenv func(string) (string, bool)) ([]byte, string) {
 	path, _ := getenv("SLURM_RESUME_FILE")
 	if path == "" {
-		return "", "no SLURM_RESUME_FILE"
+		return nil, "no SLURM_RESUME_FILE"
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return "", "cannot read SLURM_RESUME_FILE: " + strerror(err)
+		return nil, "cannot read SLURM_RESUME_FILE: " + strerror(err)
 	}
 	defer f.Close()
 	raw, err := io.ReadAll(io.LimitReader(f, resumeFileMax+1))
 	if err != nil {
-		return "", "cannot read SLURM_RESUME_FILE: " + strerror(err)
+		return nil, "cannot read SLURM_RESUME_FILE: " + strerror(err)
 	}
 	if len(raw) > resumeFileMax {
-		return "", fmt.Sprintf("SLURM_RESUME_FILE over %d bytes: not sent", resumeFileMax)
+		return nil, fmt.Sprintf("SLURM_RESUME_FILE over %d bytes: not sent", resumeFileMax)
 	}
-	return validUTF8(raw), ""
+	if raw == nil { // read, and empty: still not "not read"
+		raw = []byte{}
+	}
+	return raw, ""
 }
 
-// validUTF8 is b with U+FFFD for each byte that is not part of a valid UTF-8 sequence.
+// validUTF8 is b with U+FFFD for each byte that is not part of a valid UTF-8 sequence: the resume
+// file as the bridge gets it (its gRPC field is a UTF-8 string).
 func validUTF8(b []byte) string {
 	if utf8.Valid(b) {
 		return string(b)

@@ -5,11 +5,13 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 
 	pb "github.com/slurm-k8s-bridge/skb-hook/internal/bridgepb"
@@ -105,23 +107,81 @@ func TestReadResumeFile(t *testing.T) {
 	}
 	big := write("big", strings.Repeat("x", resumeFileMax+1))
 	cases := []struct {
-		env        map[string]string
-		text, note string
+		env       map[string]string
+		raw, note string
+		read      bool
 	}{
-		{map[string]string{}, "", "no SLURM_RESUME_FILE"},
-		{map[string]string{"SLURM_RESUME_FILE": write("ok", `{"jobs":[]}`)}, `{"jobs":[]}`, ""},
-		{map[string]string{"SLURM_RESUME_FILE": write("crlf", "a\r\nb\rc\xff\xe2\x82")}, "a\r\nb\rc\ufffd\ufffd\ufffd", ""},
-		{map[string]string{"SLURM_RESUME_FILE": filepath.Join(dir, "absent")}, "", "cannot read SLURM_RESUME_FILE: No such file or directory"},
-		{map[string]string{"SLURM_RESUME_FILE": dir}, "", "cannot read SLURM_RESUME_FILE: Is a directory"},
-		{map[string]string{"SLURM_RESUME_FILE": big}, "", "SLURM_RESUME_FILE over 16777216 bytes: not sent"},
-		{map[string]string{"SLURM_RESUME_FILE": write("max", strings.Repeat("é", resumeFileMax/2))}, strings.Repeat("é", resumeFileMax/2), ""},
-		{map[string]string{"SLURM_RESUME_FILE": write("over", strings.Repeat("é", resumeFileMax/2)+"x")}, "", "SLURM_RESUME_FILE over 16777216 bytes: not sent"},
+		{map[string]string{}, "", "no SLURM_RESUME_FILE", false},
+		{map[string]string{"SLURM_RESUME_FILE": write("ok", `{"jobs":[]}`)}, `{"jobs":[]}`, "", true},
+		{map[string]string{"SLURM_RESUME_FILE": write("empty", "")}, "", "", true},
+		{map[string]string{"SLURM_RESUME_FILE": write("crlf", "a\r\nb\rc\xff\xe2\x82")}, "a\r\nb\rc\xff\xe2\x82", "", true},
+		{map[string]string{"SLURM_RESUME_FILE": filepath.Join(dir, "absent")}, "", "cannot read SLURM_RESUME_FILE: No such file or directory", false},
+		{map[string]string{"SLURM_RESUME_FILE": dir}, "", "cannot read SLURM_RESUME_FILE: Is a directory", false},
+		{map[string]string{"SLURM_RESUME_FILE": big}, "", "SLURM_RESUME_FILE over 16777216 bytes: not sent", false},
+		{map[string]string{"SLURM_RESUME_FILE": write("max", strings.Repeat("é", resumeFileMax/2))}, strings.Repeat("é", resumeFileMax/2), "", true},
+		{map[string]string{"SLURM_RESUME_FILE": write("over", strings.Repeat("é", resumeFileMax/2)+"x")}, "", "SLURM_RESUME_FILE over 16777216 bytes: not sent", false},
 	}
 	for _, c := range cases {
-		text, note := readResumeFile(envOf(c.env))
-		if text != c.text || note != c.note {
-			t.Errorf("readResumeFile(%v) = %.40q, %q; want %.40q, %q", c.env, text, note, c.text, c.note)
+		raw, note := readResumeFile(envOf(c.env))
+		if string(raw) != c.raw || note != c.note || (raw != nil) != c.read {
+			t.Errorf("readResumeFile(%v) = %.40q (read %v), %q; want %.40q (read %v), %q",
+				c.env, raw, raw != nil, note, c.raw, c.read, c.note)
 		}
+	}
+	// The bridge gets each byte outside valid UTF-8 as U+FFFD; no newline translation.
+	if got := validUTF8([]byte("a\r\nb\rc\xff\xe2\x82")); got != "a\r\nb\rc\ufffd\ufffd\ufffd" {
+		t.Errorf("validUTF8 = %q", got)
+	}
+}
+
+func TestHandOffPieces(t *testing.T) {
+	def := settings{siteResume: "/r", siteSuspend: "/s", siteResumeFail: "/f"}
+	for kind, want := range map[string]string{"resume": "/r", "suspend": "/s", "resume_fail": "/f", "node_event": ""} {
+		if got := def.siteProgram(kind); got != want {
+			t.Errorf("siteProgram(%s) = %q, want %q", kind, got, want)
+		}
+	}
+	results := []nodeResult{
+		{node: "n2", outcome: "REJECTED", errorClass: "UNKNOWN_NODE"},
+		{node: "c1", outcome: "OK", errorClass: "NONE"},
+		{node: "c2", outcome: "FAILED", errorClass: "NO_CAPACITY"},
+		{node: "n1", outcome: "REJECTED", errorClass: "UNKNOWN_NODE"},
+	}
+	if got := siteNodes(results); !reflect.DeepEqual(got, []string{"n2", "n1"}) {
+		t.Errorf("siteNodes = %q", got)
+	}
+	if got := siteNodes(results[1:3]); got != nil {
+		t.Errorf("siteNodes, none unknown = %q", got)
+	}
+	environ := []string{"PWD=/", "SKB_SOCKET=unix:/s", "SLURM_RESUME_FILE=/proc/1/fd/9", "SKB_SITE_RESUME_PROGRAM=/r", "SKBX=1"}
+	if got := siteEnv(environ, ""); !reflect.DeepEqual(got, []string{"PWD=/", "SLURM_RESUME_FILE=/proc/1/fd/9", "SKBX=1"}) {
+		t.Errorf("siteEnv, no resume file = %q", got)
+	}
+	if got := siteEnv(environ, "/proc/2/fd/3"); !reflect.DeepEqual(got, []string{"PWD=/", "SKBX=1", "SLURM_RESUME_FILE=/proc/2/fd/3"}) {
+		t.Errorf("siteEnv, resume file = %q", got)
+	}
+	if got := handOff("bin/site-resume", "n1", environ, nil); got != "not an absolute path" {
+		t.Errorf("handOff relative = %q", got)
+	}
+	if got := handOff(filepath.Join(t.TempDir(), "absent"), "n1", environ, nil); got != "No such file or directory" {
+		t.Errorf("handOff absent = %q", got)
+	}
+}
+
+func TestMemfdHolding(t *testing.T) {
+	data := []byte("{\"jobs\":[]}\n\xff")
+	fd := memfdHolding(data)
+	if fd < 0 {
+		t.Fatal("memfdHolding failed")
+	}
+	defer syscall.Close(fd)
+	got, err := os.ReadFile("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil || string(got) != string(data) {
+		t.Errorf("memfd holds %q, %v; want %q", got, err, data)
+	}
+	flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+	if err != nil || flags&unix.FD_CLOEXEC != 0 {
+		t.Errorf("memfd flags %#x, %v: close-on-exec must be off", flags, err)
 	}
 }
 

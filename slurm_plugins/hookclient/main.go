@@ -24,7 +24,8 @@ func main() {
 	os.Exit(run(os.Args[1:], os.LookupEnv))
 }
 
-// run is one hook call: its log line and its exit status.
+// run is one hook call: its log line and its exit status, unless it hands nodes to the site's own
+// program (handoff.go), which then takes the process over.
 func run(argv []string, getenv func(string) (string, bool)) int {
 	start := time.Now()
 	s := settingsFromEnv(getenv)
@@ -34,9 +35,10 @@ func run(argv []string, getenv func(string) (string, bool)) int {
 		log("argv=" + logList(argv) + " result=UsageError error=" + logValue(err.Error()))
 		return exitUsage
 	}
-	note := ""
+	note, raw := "", []byte(nil)
 	if call.kind == "resume" { // first thing: the fd behind the file lives only briefly
-		call.resumeFile, note = readResumeFile(getenv)
+		raw, note = readResumeFile(getenv)
+		call.resumeFile = validUTF8(raw)
 	}
 	requestID := newRequestID(call.kind)
 	head := fmt.Sprintf("%s request_id=%s hostlist=%s", call.name(), requestID, logValue(call.hostlist))
@@ -50,8 +52,21 @@ func run(argv []string, getenv func(string) (string, bool)) int {
 		log(fmt.Sprintf("%s result=%s error=%s action=%s %s", head, failure, logValue(detail), logValue(action), elapsed(start)))
 		return exitFailed
 	}
-	log(fmt.Sprintf("%s result=ok %s %s", head, summarize(results), elapsed(start)))
-	return exitOK
+	line := head + " result=ok " + summarize(results)
+	program := s.siteProgram(call.kind)
+	var nodes []string
+	if program != "" {
+		nodes = siteNodes(results)
+	}
+	if len(nodes) == 0 {
+		log(line + " " + elapsed(start))
+		return exitOK
+	}
+	handedOff := strings.Join(nodes, ",") // a comma list is a Slurm hostlist
+	log(fmt.Sprintf("%s handed_off=%s program=%s %s", line, logValue(handedOff), logValue(program), elapsed(start)))
+	why := handOff(program, handedOff, os.Environ(), raw) // returns only when it failed
+	log(fmt.Sprintf("%s request_id=%s handoff=failed program=%s error=%s", call.name(), requestID, logValue(program), logValue(why)))
+	return exitFailed
 }
 
 // summarize counts per-node outcomes for the log line; the bridge handles the not-ok ones, and

@@ -3,8 +3,9 @@
 The Go client (slurm_plugins/bin/skb-hook, the primary) and ``python -m bridge.hooks`` (the
 fallback, and the pip install's entry points) implement one contract. Each row of
 :data:`CONTRACT` is a scenario (argv, settings, resume file, what the bridge does) and what must
-be observed: the exit status, the log line (exactly, but for time, pid, request id and elapsed
-time), the requests the bridge received, and the scontrol command a failed resume runs.
+be observed: the exit status, the log lines (exactly, but for time, pid, request id and elapsed
+time), the requests the bridge received, the scontrol command a failed resume runs, and what the
+site's own program saw when the hook handed it the nodes no pool owns.
 :func:`test_contract` runs every row with each client, as slurmctld runs a hook: no PATH, a
 real gRPC server on a Unix socket (or TCP with mutual TLS) whose servicer follows the row's script.
 
@@ -31,6 +32,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from bridge import hooks
 from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
 from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
 from bridge.rpc.wire import ERROR_METADATA_KEY
@@ -136,6 +138,18 @@ BIG = "<big>"
 #: The fake scontrol records its argv; a row's ``scontrol_then`` runs after that.
 RECORD = 'for a in "$@"; do printf "%s\\n" "$a"; done > {argv}\n'
 
+#: The site's own program, at <root>/site: records its pid, argv, environment, and what reading
+#: $SLURM_RESUME_FILE gives, then exits <exit>. Absolute paths only: no PATH, as under slurmctld.
+SITE_PROGRAM = """#!/bin/sh
+printf '%s\\n' "$$" "$@" > <root>/site.argv
+/usr/bin/env -0 > <root>/site.env
+if [ -n "${SLURM_RESUME_FILE+set}" ]; then
+    /bin/cat -- "$SLURM_RESUME_FILE" > <root>/site.resume 2>/dev/null
+    printf '%s' "$?" > <root>/site.resume.status
+fi
+exit <exit>
+"""
+
 RESUME = b'{"jobs":[{"job_id":2,"nodes_resume":"c1,c2,c3"}],"all_nodes_resume":"c1,c2,c3"}\n'
 TLS = {
     "SKB_TLS_CERT": "<pki>/client.pem",
@@ -143,6 +157,20 @@ TLS = {
     "SKB_TLS_CA": "<pki>/ca.pem",
 }
 Sent = tuple[str, Mapping[str, object]]
+
+
+#: SiteRun.resume_var of a memfd the hook made: ``/proc/<the hook's pid>/fd/<n>``.
+MEMFD = "<memfd>"
+
+
+@dataclass(frozen=True)
+class SiteRun:
+    """What the site's program saw: its argument, ``$SLURM_RESUME_FILE`` (:data:`MEMFD`, a path
+    with placeholders, or None: unset) and the bytes reading that gave (None: unreadable)."""
+
+    nodes: str
+    resume_var: str | None = None
+    resume_bytes: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -155,7 +183,10 @@ class Row:
     and ``N`` the elapsed milliseconds; ``<cause>`` in ``log`` and ``scontrol`` is any text
     without ``"`` (a transport failure in the gRPC library's words). ``env`` goes over the
     defaults ``SKB_SOCKET=unix:<sock>``, ``SKB_SLURM_BIN=<root>/bin``,
-    ``SKB_HOOK_LOG=<root>/hook.log``, ``SKB_TIMEOUT_S=2``.
+    ``SKB_HOOK_LOG=<root>/hook.log``, ``SKB_TIMEOUT_S=2``. ``<root>/site`` is always there: the
+    site's own program (:data:`SITE_PROGRAM`), which a row names in ``SKB_SITE_*_PROGRAM``; it
+    records what it saw and exits ``site_exit``; ``site`` is what it must have seen (None: it
+    must not have run).
     """
 
     id: str
@@ -172,6 +203,9 @@ class Row:
     resume_file: bytes | str | None = RESUME
     scontrol_then: str = ""  # shell run by the fake scontrol after it records its argv
     stderr_closed: bool = False  # slurmctld's way: no fd 2 at all
+    more_log: tuple[str, ...] = ()  # the lines after ``log``, same placeholders
+    site: SiteRun | None = None
+    site_exit: int = 0
 
 
 def resume(hostlist: str, resume_file: str = RESUME.decode()) -> Sent:
@@ -186,6 +220,17 @@ def down(hostlist: str, reason: str) -> tuple[str, ...]:
 
 
 OK1 = "result=ok nodes=1 ok=1 accepted=0 not_ok=0 elapsed_ms=N"
+OK_C1 = pb.NodeResult(node="c1", outcome=pb.OUTCOME_OK)
+UNKNOWN_N1, UNKNOWN_N2 = (
+    pb.NodeResult(
+        node=n,
+        outcome=pb.OUTCOME_REJECTED,
+        error_class=pb.ERROR_CLASS_UNKNOWN_NODE,
+        message="in no pool",
+    )
+    for n in ("n1", "n2")
+)
+SITE_KEYS = ("SKB_SITE_RESUME_PROGRAM", "SKB_SITE_SUSPEND_PROGRAM", "SKB_SITE_RESUME_FAIL_PROGRAM")
 NO_SOCKET = "unix:<sock>: No such file or directory (3 attempts)"
 #: A node's message with each kind of character the log line escapes, and some it does not.
 WEIRD = 'it\'s "q" \\ é日\t\x01\x7f\x85\u2028\n'
@@ -528,6 +573,173 @@ CONTRACT: tuple[Row, ...] = (
         bridge=ABSENT,
         env={"SKB_SLURM_BIN": "<root>/nope"},
     ),
+    # --- hand-off: nodes no pool owns go to the site's own program ---------------------------
+    Row(
+        # The site's program is exec'd in the hook's place: its exit status is the hook's, it
+        # gets the nodes as one comma list, no SKB_* variable, and the resume file's bytes in a
+        # memfd of its own (slurmctld's fd is short-lived).
+        "handoff-resume-mixed",
+        ("resume", "c1,n1,n2"),
+        7,
+        "resume request_id=<rid> hostlist=c1,n1,n2 result=ok nodes=3 ok=1 accepted=0 not_ok=2 "
+        'first_not_ok="n1:UNKNOWN_NODE:in no pool, n2:UNKNOWN_NODE:in no pool" '
+        "handed_off=n1,n2 program=<root>/site elapsed_ms=N",
+        sent=(resume("c1,n1,n2"),),
+        bridge=Script(results=(OK_C1, UNKNOWN_N1, UNKNOWN_N2)),
+        env={"SKB_SITE_RESUME_PROGRAM": "<root>/site"},
+        site=SiteRun("n1,n2", MEMFD, RESUME),
+        site_exit=7,
+    ),
+    Row(
+        # The bridge gets each byte outside UTF-8 as U+FFFD; the site's program, the raw bytes.
+        "handoff-resume-raw-bytes",
+        ("resume", "n1"),
+        0,
+        "resume request_id=<rid> hostlist=n1 result=ok nodes=1 ok=0 accepted=0 not_ok=1 "
+        'first_not_ok="n1:UNKNOWN_NODE:in no pool" handed_off=n1 program=<root>/site '
+        "elapsed_ms=N",
+        sent=(resume("n1", '{"a":1}\r\n\ufffd\ufffd\ufffdé'),),
+        bridge=Script(results=(UNKNOWN_N1,)),
+        env={"SKB_SITE_RESUME_PROGRAM": "<root>/site"},
+        resume_file=b'{"a":1}\r\n\xff\xe2\x82\xc3\xa9',
+        site=SiteRun("n1", MEMFD, b'{"a":1}\r\n\xff\xe2\x82\xc3\xa9'),
+    ),
+    Row(
+        # Nodes in the bridge's order, which need not be the hostlist's.
+        "handoff-suspend",
+        ("suspend", "n1,c1,n2"),
+        0,
+        "suspend request_id=<rid> hostlist=n1,c1,n2 result=ok nodes=3 ok=1 accepted=0 not_ok=2 "
+        'first_not_ok="n2:UNKNOWN_NODE:in no pool, n1:UNKNOWN_NODE:in no pool" '
+        "handed_off=n2,n1 program=<root>/site elapsed_ms=N",
+        sent=(("SuspendNodes", {"hostlist": "n1,c1,n2"}),),
+        bridge=Script(results=(OK_C1, UNKNOWN_N2, UNKNOWN_N1)),
+        env={"SKB_SITE_SUSPEND_PROGRAM": "<root>/site"},
+        resume_file=None,
+        site=SiteRun("n2,n1"),
+    ),
+    Row(
+        # Each kind has its own program: resume_fail's, not resume's.
+        "handoff-resume_fail",
+        ("resume_fail", "n1"),
+        3,
+        "resume_fail request_id=<rid> hostlist=n1 result=ok nodes=1 ok=0 accepted=0 not_ok=1 "
+        'first_not_ok="n1:UNKNOWN_NODE:in no pool" handed_off=n1 program=<root>/site '
+        "elapsed_ms=N",
+        sent=(("ResumeFailed", {"hostlist": "n1"}),),
+        bridge=Script(results=(UNKNOWN_N1,)),
+        env={
+            "SKB_SITE_RESUME_PROGRAM": "<root>/absent",
+            "SKB_SITE_RESUME_FAIL_PROGRAM": "<root>/site",
+        },
+        resume_file=None,
+        site=SiteRun("n1"),
+        site_exit=3,
+    ),
+    Row(
+        # No program for this kind (another kind's does not count): today's line, exit 0.
+        "handoff-no-program",
+        ("resume", "c1,n1"),
+        0,
+        "resume request_id=<rid> hostlist=c1,n1 result=ok nodes=2 ok=1 accepted=0 not_ok=1 "
+        'first_not_ok="n1:UNKNOWN_NODE:in no pool" elapsed_ms=N',
+        sent=(resume("c1,n1"),),
+        bridge=Script(results=(OK_C1, UNKNOWN_N1)),
+        env={"SKB_SITE_SUSPEND_PROGRAM": "<root>/site", "SKB_SITE_RESUME_PROGRAM": ""},
+    ),
+    Row(
+        # Every node is the pools' (a failed one too): the program does not run.
+        "handoff-no-unknown-node",
+        ("resume", "c1,c2"),
+        0,
+        "resume request_id=<rid> hostlist=c1,c2 result=ok nodes=2 ok=1 accepted=0 not_ok=1 "
+        'first_not_ok="c2:NO_CAPACITY:pool full" elapsed_ms=N',
+        sent=(resume("c1,c2"),),
+        bridge=Script(
+            results=(
+                OK_C1,
+                pb.NodeResult(
+                    node="c2",
+                    outcome=pb.OUTCOME_FAILED,
+                    error_class=pb.ERROR_CLASS_NO_CAPACITY,
+                    message="pool full",
+                ),
+            )
+        ),
+        env={"SKB_SITE_RESUME_PROGRAM": "<root>/site"},
+    ),
+    Row(
+        # Node events are never handed off: they have no program of the site's.
+        "handoff-never-node_event",
+        ("node_event", "down", "n1"),
+        0,
+        "node_event:down request_id=<rid> hostlist=n1 result=ok nodes=1 ok=0 accepted=0 "
+        'not_ok=1 first_not_ok="n1:UNKNOWN_NODE:in no pool" elapsed_ms=N',
+        sent=(("NodeEvent", {"kind": pb.NODE_EVENT_KIND_DOWN, "hostlist": "n1"}),),
+        bridge=Script(results=(UNKNOWN_N1,)),
+        env={k: "<root>/site" for k in SITE_KEYS},
+    ),
+    *(
+        Row(
+            # Relative (even one that resolves from the hook's directory), absent, not
+            # executable: a second line says so, exit 1, and nothing is written to Slurm.
+            f"handoff-failed-{case}",
+            ("resume", "n1"),
+            1,
+            "resume request_id=<rid> hostlist=n1 result=ok nodes=1 ok=0 accepted=0 not_ok=1 "
+            f'first_not_ok="n1:UNKNOWN_NODE:in no pool" handed_off=n1 program={program} '
+            "elapsed_ms=N",
+            more_log=(f"resume request_id=<rid> handoff=failed program={program} error={error}",),
+            sent=(resume("n1"),),
+            bridge=Script(results=(UNKNOWN_N1,)),
+            env={"SKB_SITE_RESUME_PROGRAM": program},
+        )
+        for case, program, error in (
+            ("relative", "site", '"not an absolute path"'),
+            ("absent", "<root>/absent", '"No such file or directory"'),
+            ("not-executable", "<root>/resume.json", '"Permission denied"'),
+        )
+    ),
+    Row(
+        # Without the bridge's answer the site's nodes are unknown: today's DOWN, no hand-off.
+        "handoff-not-when-unreachable",
+        ("resume", "c[1-2]"),
+        1,
+        f'resume request_id=<rid> hostlist=c[1-2] result=BridgeUnreachable error="{NO_SOCKET}" '
+        "action=scontrol-state=down elapsed_ms=N",
+        scontrol=down("c[1-2]", f"k8s: BridgeUnreachable: {NO_SOCKET}"),
+        bridge=ABSENT,
+        env={"SKB_SITE_RESUME_PROGRAM": "<root>/site"},
+    ),
+    Row(
+        # The hook read no resume file: SLURM_RESUME_FILE stays as slurmctld set it (unset).
+        "handoff-resume-file-unset",
+        ("resume", "n1"),
+        0,
+        'resume request_id=<rid> hostlist=n1 note="no SLURM_RESUME_FILE" result=ok nodes=1 ok=0 '
+        'accepted=0 not_ok=1 first_not_ok="n1:UNKNOWN_NODE:in no pool" handed_off=n1 '
+        "program=<root>/site elapsed_ms=N",
+        sent=(resume("n1", ""),),
+        bridge=Script(results=(UNKNOWN_N1,)),
+        env={"SKB_SITE_RESUME_PROGRAM": "<root>/site"},
+        resume_file=None,
+        site=SiteRun("n1"),
+    ),
+    Row(
+        # ... or set, to the path the hook could not read.
+        "handoff-resume-file-unreadable",
+        ("resume", "n1"),
+        0,
+        "resume request_id=<rid> hostlist=n1 "
+        'note="cannot read SLURM_RESUME_FILE: No such file or directory" result=ok nodes=1 ok=0 '
+        'accepted=0 not_ok=1 first_not_ok="n1:UNKNOWN_NODE:in no pool" handed_off=n1 '
+        "program=<root>/site elapsed_ms=N",
+        sent=(resume("n1", ""),),
+        bridge=Script(results=(UNKNOWN_N1,)),
+        env={"SKB_SITE_RESUME_PROGRAM": "<root>/site"},
+        resume_file="absent.json",
+        site=SiteRun("n1", "<root>/absent.json"),
+    ),
     # --- TCP with mutual TLS ------------------------------------------------------------------
     *(
         Row(
@@ -588,6 +800,18 @@ class Seen:
     stderr: str
     scontrol: tuple[str, ...] | None
     requests: list[tuple[str, dict[str, object]]]
+    env: dict[str, str]  # the hook's environment
+    site: SiteSeen | None  # None: the site's program did not run
+
+
+@dataclass
+class SiteSeen:
+    """What the site's program recorded."""
+
+    pid: int
+    argv: list[str]  # after argv[0]
+    env: dict[str, str]
+    resume: bytes | None  # what reading $SLURM_RESUME_FILE gave; None: unset or unreadable
 
 
 class Site:
@@ -617,6 +841,9 @@ class Site:
             "#!/bin/sh\n" + RECORD.format(argv=self.scontrol_argv) + row.scontrol_then
         )
         scontrol.chmod(0o755)
+        program = self.root / "site"
+        program.write_text(self.fill(SITE_PROGRAM).replace("<exit>", str(row.site_exit)))
+        program.chmod(0o755)
         with _bridge(self, row) as bridge:
             env = self._env(row)
             if client == "go":
@@ -640,7 +867,21 @@ class Site:
             done.stderr,
             tuple(recorded) if recorded is not None else None,
             requests,
+            env,
+            self._site_seen(),
         )
+
+    def _site_seen(self) -> SiteSeen | None:
+        argv = self.root / "site.argv"
+        if not argv.exists():
+            return None
+        pid, *args = argv.read_text().splitlines()
+        pairs = (self.root / "site.env").read_bytes().split(b"\0")[:-1]
+        env = dict(os.fsdecode(p).split("=", 1) for p in pairs)
+        status = self.root / "site.resume.status"
+        readable = status.exists() and status.read_text() == "0"
+        resume = (self.root / "site.resume").read_bytes() if readable else None
+        return SiteSeen(int(pid), args, env, resume)
 
     def _env(self, row: Row) -> dict[str, str]:
         env = {
@@ -726,11 +967,17 @@ def site(tmp_path: Path, pki: Path, big_resume_file: Path) -> Site:
 @pytest.mark.parametrize("row", CONTRACT, ids=[r.id for r in CONTRACT])
 def test_contract(row: Row, client: str, site: Site, go_hook: Path) -> None:
     seen = site.run(client, row, go_hook)
-    assert len(seen.log) == 1, (seen.log, seen.stderr)
-    line, rid = _normalized(seen.log[0])
-    assert (seen.status, _matched(site.fill(row.log), line)) == (row.status, line), seen.stderr
-    # One line, to stderr as well unless slurmctld closed it.
-    assert seen.stderr == ("" if row.stderr_closed else seen.log[0] + "\n")
+    expected = [site.fill(e) for e in (row.log, *row.more_log)]
+    assert len(seen.log) == len(expected), (seen.log, seen.stderr)
+    lines, rids = zip(*(_normalized(line) for line in seen.log), strict=True)
+    rid = rids[0]
+    assert set(rids) == {rid}  # every line of a call carries its request id
+    assert (seen.status, [_matched(e, a) for e, a in zip(expected, lines, strict=True)]) == (
+        row.status,
+        list(lines),
+    ), seen.stderr
+    # To stderr as well unless slurmctld closed it.
+    assert seen.stderr == ("" if row.stderr_closed else "".join(f"{x}\n" for x in seen.log))
     for _, fields in seen.requests:
         assert fields.pop("request_id") == rid
     assert seen.requests == [(m, dict(f)) for m, f in row.sent]
@@ -742,6 +989,30 @@ def test_contract(row: Row, client: str, site: Site, go_hook: Path) -> None:
             seen.scontrol
         )
         assert len(seen.scontrol) == len(expected)
+    _check_site(row, site, seen)
+
+
+def _check_site(row: Row, site: Site, seen: Seen) -> None:
+    """The site's program ran as the row says, exec'd in the hook's place."""
+    if row.site is None or seen.site is None:
+        assert seen.site == row.site  # both None: it did not run
+        return
+    prefix = _PREFIX.match(seen.log[0])
+    assert prefix
+    pid = int(prefix.group(1))
+    assert seen.site.pid == pid  # the same process: exec'd, not spawned
+    assert seen.site.argv == [row.site.nodes]
+    var = seen.site.env.get("SLURM_RESUME_FILE")
+    if row.site.resume_var == MEMFD:
+        assert var is not None
+        assert re.fullmatch(rf"/proc/{pid}/fd/\d+", var), var
+    else:
+        assert var == (None if row.site.resume_var is None else site.fill(row.site.resume_var))
+    assert seen.site.resume == row.site.resume_bytes
+    # The hook's environment without SKB_* (SLURM_RESUME_FILE checked above), nothing added.
+    assert {k: v for k, v in seen.site.env.items() if k != "SLURM_RESUME_FILE"} == {
+        k: v for k, v in seen.env.items() if not k.startswith("SKB_") and k != "SLURM_RESUME_FILE"
+    }
 
 
 # --- hook.sh picks the client -----------------------------------------------------------------
@@ -801,6 +1072,24 @@ def test_hook_sh_picks_the_client(
         assert done.returncode == 0, done.stderr
         assert marker.read_text().splitlines() == ["-P", "-s", "-m", "bridge.hooks", "resume", "c1"]
         assert not log.exists()
+
+
+#: hooks.env keys only hook.sh reads: which client and Python to run, and job_ready's.
+HOOK_SH_ONLY = {"SKB_HOOK_CLIENT", "SKB_PYTHON", "SKB_JOB_READY_MAX_S", "SKB_SLURM_CONF"}
+
+
+def test_both_clients_read_the_keys_hook_sh_passes() -> None:
+    """hook.sh's whitelist, bridge.hooks.HOOKS_ENV_KEYS (the pip entry points' hooks.env) and the
+    settings the Go client reads name the same keys: a key one of them misses is a setting that
+    silently does nothing there."""
+    text = (PLUGINS / "hook.sh").read_text()
+    case = re.search(r"case \$skb_line in\n(.*?)\)\n", text, re.DOTALL)
+    assert case, "hook.sh: no `case $skb_line in` whitelist"
+    whitelist = set(re.findall(r"(SKB_[A-Z_]+)=\*", case.group(1)))
+    sources = (p.read_text() for p in HOOKCLIENT.glob("*.go") if not p.name.endswith("_test.go"))
+    go = set(re.findall(r'"(SKB_[A-Z_]+)"', "".join(sources)))
+    assert whitelist - HOOK_SH_ONLY == set(hooks.HOOKS_ENV_KEYS) == go
+    assert set(SITE_KEYS) <= go
 
 
 def test_go_generated_code_is_fresh(tmp_path: Path) -> None:
