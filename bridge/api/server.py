@@ -167,8 +167,10 @@ def build_server(
 
 
 def _prepare_socket_path(path: Path) -> None:
-    """Create the parent directory; remove a stale socket, but never a live one or a file."""
+    """Create the parent directory and check that no other user may write it; remove a stale
+    socket, but never a live one or a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    check_socket_directory(path.parent)
     try:
         st = path.lstat()
     except FileNotFoundError:
@@ -186,6 +188,26 @@ def _prepare_socket_path(path: Path) -> None:
     finally:
         probe.close()
     raise ConfigError(f"api: {path} is in use by another process (is a bridge already running?)")
+
+
+def check_socket_directory(directory: Path) -> None:
+    """Refuse a socket directory another user could write: anyone who may rename in it can
+    replace the bridge's private directory (and answer its callers) or swap a path for a
+    symlink. Owned by root or this user, and not group- or world-writable unless sticky."""
+    st = directory.stat()
+    euid = os.geteuid()
+    if st.st_uid not in (0, euid):
+        raise ConfigError(
+            f"api: the socket directory {directory} belongs to uid {st.st_uid}, not to root or "
+            f"the bridge (uid {euid}): its owner could replace the bridge's sockets"
+        )
+    writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    if writable and not st.st_mode & stat.S_ISVTX:
+        raise ConfigError(
+            f"api: the socket directory {directory} (mode {stat.S_IMODE(st.st_mode):04o}) is "
+            "writable by other users without the sticky bit, who could replace the bridge's "
+            f"sockets; make it 0755 (or 1777): chmod go-w {directory}"
+        )
 
 
 class _Gate:
@@ -239,7 +261,7 @@ def _gate_unix_socket(
     if refusal.add_insecure_port(f"unix:{refused}") == 0:
         raise ConfigError(f"api: cannot listen on unix socket {refused}")
     try:
-        listener = bind_unix_socket(path, mode, gid)
+        listener = bind_unix_socket(path, mode, gid, private_dir)
     except OSError as e:
         raise ConfigError(f"api: cannot listen on unix socket {path}: {e}") from e
     return _Gate(PeerGate(listener, allowed_uids, str(allowed), str(refused)), refusal, private_dir)

@@ -205,3 +205,117 @@ def test_resolve_uids(callers: list[str | int], expected: set[int]) -> None:
 def test_resolve_unknown_user_names_it() -> None:
     with pytest.raises(KeyError, match="no-such-user-here"):
         resolve_uids(["no-such-user-here"])
+
+
+# Opens N connections as another uid, then reports after ``hold_s`` how many the gate had
+# closed (read to EOF; a spliced one stays open after the server's HTTP/2 preface).
+HOLDER = """
+import socket, sys, time
+path, count, hold_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+held = []
+for _ in range(count):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    held.append(s)
+def closed():
+    n = 0
+    for s in held:
+        s.settimeout(0.05)
+        try:
+            while s.recv(4096):
+                pass
+            n += 1
+        except socket.timeout:
+            pass
+    return n
+time.sleep(0.5)
+first = closed()
+time.sleep(hold_s)
+print(first, closed())
+"""
+
+
+@needs_root
+def test_a_refused_uid_holds_few_connections_and_not_for_long(
+    open_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 31 item 4: idle connections of a refused uid cost the bridge three descriptors
+    each; they are capped per uid and closed after a short while, and logged once."""
+    from bridge.api import peer_gate  # noqa: PLC0415
+
+    monkeypatch.setattr(peer_gate, "REFUSED_IDLE_S", 1.0)
+    sock = open_dir / "bridge.sock"
+    server = start(FakeUseCases(), sock, frozenset({0}))
+    try:
+        with caplog.at_level(logging.WARNING, logger="bridge.api.peer_gate"):
+            done = subprocess.run(
+                [sys.executable, "-c", HOLDER, str(sock), "20", "1.5"],
+                user=NOBODY, group=NOBODY, extra_groups=[], cwd="/", capture_output=True,
+                text=True, timeout=60, check=False,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            # Meanwhile and after, an allowed caller is answered.
+            assert call_as(0, sock) == "OK ACCEPTED"
+    finally:
+        server.stop(0)
+    at_first, at_last = map(int, done.stdout.split())
+    assert at_first == 20 - peer_gate.REFUSED_PER_UID, done.stdout  # the rest closed at once
+    assert at_last == 20, done.stdout  # the spliced ones too, after REFUSED_IDLE_S
+    refusals = [r.getMessage() for r in caplog.records if "refused caller" in r.getMessage()]
+    assert len(refusals) == 1, caplog.text
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("sbatch", "sbatch"),
+        ("evil\n2026-12-05 INFO forged", "evil\\n2026-12-05 INFO forged"),
+        ("\x1b[31mred\\", "\\x1b[31mred\\\\"),
+        ("é\u2028", "\\xe9\\u2028"),
+        ("x" * 70, "x" * 64 + "..."),
+    ],
+)
+def test_a_caller_s_process_name_is_escaped_in_the_log(text: str, shown: str) -> None:
+    from bridge.api.peer_gate import printable  # noqa: PLC0415
+
+    assert printable(text) == shown
+
+
+@pytest.mark.parametrize(("soft", "budget"), [(1024, 256), (20000, 6581), (100, 16)])
+def test_connection_budget_leaves_room_for_the_rest(soft: int, budget: int) -> None:
+    from bridge.api.peer_gate import connection_budget  # noqa: PLC0415
+
+    assert connection_budget(soft) == budget
+
+
+@needs_root
+@pytest.mark.parametrize(
+    ("mode", "owner", "refused"),
+    [
+        (0o755, 0, ""),
+        (0o750, 0, ""),
+        (0o1777, 0, ""),  # /tmp: others may create, but not rename what is ours
+        (0o777, 0, "writable by other users without the sticky bit"),
+        (0o775, 0, "writable by other users without the sticky bit"),
+        (0o755, NOBODY, "belongs to uid 65534"),
+    ],
+)
+def test_a_socket_directory_others_may_write_is_refused(
+    open_dir: Path, mode: int, owner: int, refused: str
+) -> None:
+    """Issue 31 item 4: in a directory another uid may rename in (the in-cluster emptyDir was
+    0777), that uid replaced the bridge's private directory and answered a root caller itself."""
+    from bridge.api.server import check_socket_directory  # noqa: PLC0415
+    from bridge.errors import ConfigError  # noqa: PLC0415
+
+    directory = open_dir / "run"
+    directory.mkdir()
+    os.chown(directory, owner, owner)
+    directory.chmod(mode)
+    if not refused:
+        check_socket_directory(directory)
+        return
+    with pytest.raises(ConfigError, match=refused):
+        check_socket_directory(directory)
+    with pytest.raises(ConfigError, match=refused):  # and the bridge does not start there
+        build_server(FakeUseCases(), unix_socket=str(directory / "b.sock"), socket_mode=0o660)
