@@ -21,12 +21,15 @@ one process) never collide on a metric name.
 from __future__ import annotations
 
 import logging
+import socket
+import socketserver
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from wsgiref.simple_server import WSGIServer
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.pods import PodView
@@ -285,12 +288,61 @@ class BridgeMetrics:
         if not sep or not host or not port.isdigit() or int(port) > 65535:
             raise ConfigError(f"bridge.metrics_address: must be host:port, got {address!r}")
         try:
-            server, thread = start_http_server(int(port), host, registry=self.registry)
+            family = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)[0][0]
+            server_class = type("_Server", (BoundedWSGIServer,), {"address_family": family})
+            server: WSGIServer = make_server(
+                host, int(port), make_wsgi_app(self.registry), server_class, _QuietHandler
+            )
         except OSError as e:
             raise ConfigError(f"bridge.metrics_address: cannot listen on {address}: {e}") from e
+        thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
+        thread.start()
         bound = MetricsServer(server, thread)
         log.info("metrics on http://%s/metrics", bound.address)
         return bound
+
+
+#: Scrapes served at once; a connection past them is closed at once (prometheus_client's own
+#: server starts a thread for each, so idle connections grew threads without bound).
+METRICS_CONNECTIONS = 8
+#: A connection that sends no complete request within this long is closed.
+METRICS_IDLE_S = 5.0
+
+
+class BoundedWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
+    """A thread per scrape, at most :data:`METRICS_CONNECTIONS` of them."""
+
+    daemon_threads = True
+    request_queue_size = 128  # socketserver's 5 leaves a burst of connects retrying SYNs
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._slots = threading.BoundedSemaphore(METRICS_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """Logs no request, and drops a connection idle for :data:`METRICS_IDLE_S`."""
+
+    timeout = METRICS_IDLE_S
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Nothing: a scrape every few seconds is not news."""
 
 
 @dataclass(frozen=True)

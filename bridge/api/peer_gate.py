@@ -38,6 +38,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bridge.api.log_fields import printable
+
 log = logging.getLogger(__name__)
 
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
@@ -76,14 +78,6 @@ class PeerCredentials:
             f"uid={self.uid}({user_name(self.uid)}) gid={self.gid} "
             f"pid={self.pid}({printable(_process_name(self.pid))})"
         )
-
-
-def printable(text: str, limit: int = 64) -> str:
-    """``text`` safe in one log line: printable ASCII kept, anything else (a newline, an escape
-    sequence) written ``\\xNN``/``\\uNNNN``, cut at ``limit`` characters."""
-    cut = text[:limit]
-    shown = "".join(c if " " <= c <= "~" and c != "\\" else ascii(c)[1:-1] for c in cut)
-    return shown + ("..." if len(text) > limit else "")
 
 
 def connection_budget(soft_limit: int) -> int:

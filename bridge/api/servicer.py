@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from typing import NoReturn, Protocol
 
 import grpc
 
+from bridge.api.log_fields import printable
 from bridge.domain.circuit import PoolBreakerStatus
 from bridge.domain.results import NodeResult, NodeStatus, Outcome
 from bridge.errors import (
@@ -106,6 +108,26 @@ def status_code_for(exc: BaseException) -> grpc.StatusCode:
 
 def _new_request_id() -> str:
     return "srv-" + os.urandom(6).hex()
+
+
+#: A caller's request id: what the hooks send (``resume-4242-a1b2c3``) and room to spare. It is
+#: logged and written to Slurm and Kubernetes, so nothing else is taken.
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:@+-]{1,64}")
+#: Characters of a caller's hostlist (and of an error that quotes it) in one log line.
+HOSTLIST_LOG_LIMIT = 200
+MESSAGE_LOG_LIMIT = 500
+
+
+def _request_id(given: str) -> tuple[str, InvalidInput | None]:
+    """The call's request id: the caller's, or a new one (with the error to answer when the
+    caller's is not one)."""
+    if not given:
+        return _new_request_id(), None
+    if REQUEST_ID.fullmatch(given):
+        return given, None
+    return _new_request_id(), InvalidInput(
+        f"request_id: must be 1 to 64 of A-Za-z0-9._:@+-, got {printable(given, 40)!r}"
+    )
 
 
 class BridgeServicer(pb_grpc.BridgeServicer):
@@ -221,7 +243,7 @@ class BridgeServicer(pb_grpc.BridgeServicer):
         log.info(
             "ListNodes request_id=%s hostlist=%s nodes=%d elapsed_ms=%.1f",
             rid,
-            request.hostlist or "-",
+            printable(request.hostlist, HOSTLIST_LOG_LIMIT) or "-",
             len(nodes),
             (time.monotonic() - start) * 1000,
         )
@@ -251,10 +273,12 @@ class BridgeServicer(pb_grpc.BridgeServicer):
         self, request: pb.ResumePoolRequest, context: grpc.ServicerContext
     ) -> pb.ResumePoolResponse:
         """See the proto."""
-        rid = request.request_id or _new_request_id()
+        rid, bad_id = _request_id(request.request_id)
         start = time.monotonic()
         try:
             self._check_caller(context)
+            if bad_id is not None:
+                raise bad_id
             if not request.pool.strip():
                 raise InvalidInput("pool: required, got an empty string")
             pool, was_paused = self._use_cases.resume_pool(request.pool, rid)
@@ -281,10 +305,12 @@ class BridgeServicer(pb_grpc.BridgeServicer):
         call: Callable[[str], list[NodeResult]],
     ) -> tuple[list[pb.NodeResult], str]:
         """Run one mutating use case: validate, call, log one line, map results or abort."""
-        rid = request_id or _new_request_id()
+        rid, bad_id = _request_id(request_id)
         start = time.monotonic()
         try:
             self._check_caller(context)
+            if bad_id is not None:
+                raise bad_id
             if not hostlist.strip():
                 raise InvalidInput("hostlist: required, got an empty string")
             results = call(rid)
@@ -298,7 +324,7 @@ class BridgeServicer(pb_grpc.BridgeServicer):
             "elapsed_ms=%.1f",
             rpc,
             rid,
-            hostlist,
+            printable(hostlist, HOSTLIST_LOG_LIMIT),
             len(results),
             counts[Outcome.OK],
             counts[Outcome.ACCEPTED],
@@ -327,10 +353,10 @@ class BridgeServicer(pb_grpc.BridgeServicer):
                 "%s request_id=%s hostlist=%s status=%s error=%s message=%s elapsed_ms=%.1f",
                 rpc,
                 rid,
-                hostlist or "-",
+                printable(hostlist, HOSTLIST_LOG_LIMIT) or "-",
                 code.name,
                 type(exc).__name__,
-                message,
+                printable(message, MESSAGE_LOG_LIMIT),
                 elapsed_ms,
             )
             context.set_trailing_metadata(((ERROR_METADATA_KEY, type(exc).__name__),))
@@ -340,7 +366,7 @@ class BridgeServicer(pb_grpc.BridgeServicer):
                 "%s request_id=%s hostlist=%s status=%s bug=%s elapsed_ms=%.1f",
                 rpc,
                 rid,
-                hostlist or "-",
+                printable(hostlist, HOSTLIST_LOG_LIMIT) or "-",
                 code.name,
                 type(exc).__name__,
                 elapsed_ms,

@@ -244,6 +244,41 @@ def test_empty_request_id_gets_one_from_the_server(server: BridgeServer, sock: P
     assert [r.node for r in resp.results] == ["c1"]
 
 
+@pytest.mark.parametrize(
+    "request_id",
+    [
+        "x\n2026-12-05 12:00:00,000 INFO bridge.api.servicer: forged",
+        "a" * 65,
+        "id with blanks",
+        "é",
+    ],
+    ids=["newline-forges-a-line", "too-long", "blanks", "not-ascii"],
+)
+def test_a_request_id_that_is_not_one_is_refused_and_logged_safely(
+    server: BridgeServer,
+    sock: Path,
+    fake: FakeUseCases,
+    caplog: pytest.LogCaptureFixture,
+    request_id: str,
+) -> None:
+    """Issue 31 item 5: the caller's request id went into the log as sent (a newline forged a
+    line) and on into Slurm and Kubernetes. It is refused, naming the field; the log line
+    carries the server's own id and the hostlist escaped."""
+    with (
+        caplog.at_level(logging.INFO, logger="bridge.api.servicer"),
+        grpc.insecure_channel(f"unix:{sock}") as ch,
+        pytest.raises(grpc.RpcError) as info,
+    ):
+        _stub(ch).SuspendNodes(
+            pb.SuspendNodesRequest(hostlist="c1\nforged", request_id=request_id), timeout=5
+        )
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (info.value.details() or "").startswith("request_id: must be 1 to 64 of")
+    assert fake.calls == []
+    (line,) = [r.getMessage() for r in caplog.records if "SuspendNodes" in r.getMessage()]
+    assert "\n" not in line and "request_id=srv-" in line and "hostlist=c1\\nforged" in line
+
+
 @pytest.mark.parametrize("hostlist", ["", "  "])
 def test_empty_hostlist_is_invalid_and_never_reaches_use_cases(
     client: BridgeClient, fake: FakeUseCases, hostlist: str

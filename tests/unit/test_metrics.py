@@ -546,3 +546,33 @@ def test_the_watcher_times_pods_turning_running_and_counts_failed_watches() -> N
     assert metrics.pending() == 2
     kind = "WatchExpired"
     assert sample(metrics, "backend_errors_total", backend="kubernetes", kind=kind) == 1
+
+
+def test_idle_connections_cannot_grow_the_endpoint_s_threads() -> None:
+    """Issue 31 item 5: prometheus_client's server started a thread per connection, so idle
+    connections (from any pod that reaches the port) grew threads without bound. Now at most
+    METRICS_CONNECTIONS are served at once, the rest closed, and an idle one dropped after
+    METRICS_IDLE_S; scrapes are answered again once the idle ones are gone."""
+    import socket  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+    import time  # noqa: PLC0415
+    import urllib.request  # noqa: PLC0415
+
+    from bridge.metrics import METRICS_CONNECTIONS, METRICS_IDLE_S  # noqa: PLC0415
+
+    server = BridgeMetrics().serve("127.0.0.1:0")
+    idle = []
+    try:
+        before = threading.active_count()
+        for _ in range(200):
+            idle.append(socket.create_connection(("127.0.0.1", server.port), timeout=5))
+        time.sleep(0.5)
+        assert threading.active_count() - before <= METRICS_CONNECTIONS
+        time.sleep(METRICS_IDLE_S + 1)
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            assert b"slurm_k8s_bridge" in answer.read()
+    finally:
+        for sock in idle:
+            sock.close()
+        server.stop()

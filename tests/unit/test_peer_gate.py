@@ -276,7 +276,7 @@ def test_a_refused_uid_holds_few_connections_and_not_for_long(
     ],
 )
 def test_a_caller_s_process_name_is_escaped_in_the_log(text: str, shown: str) -> None:
-    from bridge.api.peer_gate import printable  # noqa: PLC0415
+    from bridge.api.log_fields import printable  # noqa: PLC0415
 
     assert printable(text) == shown
 

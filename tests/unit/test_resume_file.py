@@ -10,6 +10,7 @@ import pytest
 
 from bridge.domain.resume_file import (
     MAX_DEPTH,
+    MAX_JOBS,
     MAX_SIZE,
     ResumeJob,
     jobs_by_node,
@@ -159,6 +160,15 @@ INVALID = [
     (nested(MAX_DEPTH + 1), f"resume_file: JSON nested {MAX_DEPTH + 1} levels deep, more than"),
     ("[" * 100_000, "resume_file: JSON nested 100000 levels deep"),
     ('{"jobs": []}' + " " * MAX_SIZE, f"more than the limit of {MAX_SIZE}"),
+    # Jobs that wait for no node escape the node bound: counted before parsing.
+    (
+        '{"jobs": [' + ",".join(['{"job_id":1,"nodes":""}'] * (MAX_JOBS + 1)) + "]}",
+        f"resume_file: {MAX_JOBS + 1} jobs, more than the limit of {MAX_JOBS}",
+    ),
+    (
+        '{"jobs": [' + ",".join(["{}"] * (MAX_JOBS + 1)) + "]}",
+        f"resume_file: {MAX_JOBS + 1} jobs, more than the limit of {MAX_JOBS}",
+    ),
 ]
 
 
@@ -196,7 +206,7 @@ def test_json_depth(text: str, depth: int) -> None:
     "contents",
     [
         nested(MAX_DEPTH),
-        '{"jobs": [' + ",".join(['{"job_id": 1, "x": "[[[[["}'] * 200_000) + "]}",
+        '{"jobs": [' + ",".join(['{"job_id": 1, "x": "[[[[["}'] * MAX_JOBS) + "]}",
         '{"jobs": [], "x": "' + "\\\\" * (MAX_SIZE // 2 - 20) + '"}',
     ],
     ids=["deepest-allowed", "many-jobs", "long-string"],
