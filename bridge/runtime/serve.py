@@ -97,7 +97,7 @@ def ensure_disruption_budgets(config: BridgeConfig, pods: PodGateway) -> None:
         except BridgeError as e:
             log.warning(
                 "poddisruptionbudget %s not ensured (kubectl drain may evict busy pods; the Role "
-                "needs get, create, patch on policy/poddisruptionbudgets): %s",
+                "needs create, patch on policy/poddisruptionbudgets): %s",
                 name,
                 e,
             )

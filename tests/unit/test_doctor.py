@@ -32,11 +32,7 @@ POD_RULE = {
     "resources": ["pods"],
 }
 POD_STATUS_RULE = {"verbs": ["patch"], "apiGroups": [""], "resources": ["pods/status"]}
-EVENT_RULE = {
-    "verbs": ["create", "patch", "list"],
-    "apiGroups": ["", "events.k8s.io"],
-    "resources": ["events"],
-}
+EVENT_RULE = {"verbs": ["create", "list"], "apiGroups": [""], "resources": ["events"]}
 # What every authenticated user gets (system:basic-user and friends): non-resource rules aside.
 REVIEWS = {
     "verbs": ["create"],
