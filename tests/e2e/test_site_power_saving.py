@@ -29,6 +29,7 @@ from tests.cluster import (
     job_finished,
     pods,
     reset_nodes,
+    restart_slurmctld,
     site_slurmd_pod,
     submit_as_job_user,
     wait_for,
@@ -103,6 +104,13 @@ def test_the_site_s_node_goes_to_its_ipmi_and_the_pool_s_to_kubernetes_in_one_jo
     pg = proving_ground
     calls = site_programs
     wait_idle_powered_down(pg, f"{SITE_NODE},cpu-[0-1]")
+    # Seen on 26.05.5 (2026-12-05): once a site node had been up and powered down again (this
+    # test run before; test_proving_ground's hand-made slurmd), the backfill scheduler, the
+    # only one that starts heterogeneous jobs, kept answering "Can't schedule ... in partition
+    # stray" for a heterogeneous job on it, while `sbatch --test-only` said it could start at
+    # once; a restarted slurmctld started it within one backfill cycle. A Slurm matter (no
+    # bridge call is involved in scheduling), so the test starts from a restarted slurmctld.
+    restart_slurmctld(pg)
     pg.kubectl("-n", "slurm", "delete", "pod", SITE_NODE, "--ignore-not-found", "--wait=true")
     # One job, two components: the site's node (partition stray) and one of the pool cpu's.
     job = submit_as_job_user(
@@ -111,13 +119,16 @@ def test_the_site_s_node_goes_to_its_ipmi_and_the_pool_s_to_kubernetes_in_one_jo
     )  # fmt: skip
 
     # The BMC: the stand-in was asked to power the site's node on, so the machine boots.
-    wait_for("the site's power-on call", lambda: recorded(calls, "power-on") or None, 60)
+    wait_for(
+        "the site's power-on call", lambda: SITE_NODE in recorded(calls, "power-on") or None, 60
+    )
     pg.kubectl("create", "-f", "-", input_text=json.dumps(site_slurmd_pod(SITE_NODE)))
     state = wait_for("the job to finish", lambda: job_finished(pg, job), 120, every=1)
     assert state == "COMPLETED", pg.slurm("scontrol", "show", "job", str(job), check=False)
 
     text = calls.read_text()
-    assert recorded(calls, "power-on") == [SITE_NODE], text
+    # (A suspend of another site node a test before left may come too: that is the site's.)
+    assert SITE_NODE in recorded(calls, "power-on"), text
     assert "skb_vars 0" in text and "skb_vars 1" not in text, text  # the bridge's settings stay
     resume_file = next(
         json.loads(line.split(" ", 1)[1])
@@ -131,7 +142,11 @@ def test_the_site_s_node_goes_to_its_ipmi_and_the_pool_s_to_kubernetes_in_one_jo
     assert not [h for h in recorded(calls, "power-on") if h.startswith("cpu-")]
 
     # Idle past SuspendTime, the site's node is powered off by the site's program.
-    wait_for("the site's power-off call", lambda: recorded(calls, "power-off") or None, 90, every=1)
+    wait_for(
+        "the site's power-off call",
+        lambda: SITE_NODE in recorded(calls, "power-off") or None,
+        90,
+        every=1,
+    )
     pg.kubectl("-n", "slurm", "delete", "pod", SITE_NODE, "--ignore-not-found", "--wait=false")
-    assert recorded(calls, "power-off") == [SITE_NODE], calls.read_text()
     assert SITE_NODE not in pods(pg)  # never the bridge's pod

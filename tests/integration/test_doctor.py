@@ -114,30 +114,22 @@ def only_failure(result: subprocess.CompletedProcess[str]) -> str:
     return failure
 
 
-def test_doctor_fails_naming_a_secret_that_is_not_there(ground_role: ProvingGround) -> None:
+def test_doctor_cannot_tell_about_a_secret_the_bridge_may_not_read(
+    ground_role: ProvingGround,
+) -> None:
+    """Issue 31 item 2: the Role no longer reads the key Secret (that handed the key to whoever
+    holds the bridge's token). A Secret the configuration names, there or not, is one doctor
+    cannot tell about: it says so and how an administrator looks, and never passes it. (A Role
+    that may read it still gets the 404: test_doctor_fails_naming_create_pods.)"""
     key = "SLURM_KEY_SECRET" if ground_role.auth == "slurm" else "MUNGE_KEY_SECRET"
     result = doctor(ground_role, **{f"SKB_SLURM_{key}": "skb-no-such-key"})
-    failure = only_failure(result)
-    assert failure.startswith("FAIL  secret skb-no-such-key: Secret skb-no-such-key "), failure
-
-
-def test_doctor_fails_naming_a_secret_the_config_names(
-    ground_role: ProvingGround, tmp_path: Path
-) -> None:
-    """A configuration file naming a Secret that does not exist. The ground's Role may read
-    only the Secret it names, so the API server cannot say "not found"; doctor says both names
-    (the limited ServiceAccount below sees a real 404)."""
-    key = "slurm_key_secret" if ground_role.auth == "slurm" else "munge_key_secret"
-    data = yaml.safe_load(CONFIG.read_text())
-    data["slurm"][key] = "skb-no-such-key"
-    config = tmp_path / "bridge.yaml"
-    config.write_text(yaml.safe_dump(data))
-    failure = only_failure(doctor(ground_role, config))
-    assert failure.startswith(
-        "FAIL  secret skb-no-such-key: Secret skb-no-such-key is not one these credentials may "
-        "read in namespace slurm"
-    ), failure
-    assert "-> fix the name in the configuration, or the Role's resourceNames" in failure
+    assert result.returncode == 0, result.stdout  # a warning, not a failure
+    (line,) = [x for x in result.stdout.splitlines() if "secret skb-no-such-key" in x]
+    assert line.startswith(
+        "WARN  secret skb-no-such-key: cannot tell whether Secret skb-no-such-key exists in "
+        "namespace slurm: the bridge may not read Secrets (docs/security.md)"
+    ), line
+    assert "kubectl -n slurm get secret skb-no-such-key" in result.stdout
 
 
 def test_doctor_fails_an_image_the_namespace_does_not_allow(
