@@ -85,10 +85,11 @@ def test_ten_thousand_idle_connections_of_a_refused_uid_starve_no_hook(
         timings = []
         for _ in range(5):
             started = time.monotonic()
-            status = run_hook(pg, "suspend", "stray-0")
+            status = run_hook(pg, "resume", "stray-0")
             timings.append(time.monotonic() - started)
             assert status == 0, f"the hook failed under the flood (exit {status})"
-        print(f"hook calls under the flood: {', '.join(f'{t:.3f}s' for t in timings)}")
+        # stray-0 is in no pool: the bridge answers UNKNOWN_NODE at once, and nothing is made.
+        print(f"resume hook calls under the flood: {', '.join(f'{t:.3f}s' for t in timings)}")
         assert max(timings) < HOOK_BUDGET_S, timings
         pid = bridge_pid(pg)
         fds = len(os.listdir(f"/proc/{pid}/fd"))
