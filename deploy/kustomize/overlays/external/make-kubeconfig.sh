@@ -57,26 +57,28 @@ umask 077
 tmp=$(mktemp "$out.XXXXXX")
 trap 'rm -f "$tmp"' EXIT
 trap 'exit 1' HUP INT TERM
-cat >"$tmp" <<KUBECONFIG
-apiVersion: v1
-kind: Config
-clusters:
-- name: ${cluster:-kubernetes}
-  cluster:
-    server: $server
-    certificate-authority-data: $ca_data
-users:
-- name: $account
-  user:
-    token: $token
-contexts:
-- name: $account@${cluster:-kubernetes}
-  context:
-    cluster: ${cluster:-kubernetes}
-    user: $account
-    namespace: $namespace
-current-context: $account@${cluster:-kubernetes}
-KUBECONFIG
+# printf, not a here-document: a shell may write a here-document, token and all, to a temporary
+# file of its own (bash before 5.1 does, under $TMPDIR).
+c=${cluster:-kubernetes}
+printf '%s\n' \
+    "apiVersion: v1" \
+    "kind: Config" \
+    "clusters:" \
+    "- name: $c" \
+    "  cluster:" \
+    "    server: $server" \
+    "    certificate-authority-data: $ca_data" \
+    "users:" \
+    "- name: $account" \
+    "  user:" \
+    "    token: $token" \
+    "contexts:" \
+    "- name: $account@$c" \
+    "  context:" \
+    "    cluster: $c" \
+    "    user: $account" \
+    "    namespace: $namespace" \
+    "current-context: $account@$c" >"$tmp"
 # Owner and mode before the rename: OUT is never, even for a moment, a file the bridge cannot read
 # or one others can.
 if [ -n "$owner" ]; then
