@@ -26,6 +26,7 @@ from bridge.config.yaml_lines import show
 from bridge.domain.circuit import BreakerPolicy
 from bridge.domain.pod_rendering import (
     auth_template_problems,
+    key_template_problems,
     template_image,
     template_problems,
 )
@@ -351,9 +352,15 @@ class ConfigFile(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _pools_fit_the_auth(self) -> Self:
+    def _pools_leave_the_key_to_the_bridge(self) -> Self:
+        # Here, not in PoolEntry: which Secrets hold a key, and which key the bridge mounts,
+        # are the slurm section's.
+        key_secrets = (self.slurm.munge_key_secret, self.slurm.slurm_key_secret)
         for index, entry in enumerate(self.pools):
-            problems = auth_template_problems(entry.pod_template, self.slurm.auth)
+            problems = [
+                *auth_template_problems(entry.pod_template, self.slurm.auth),
+                *key_template_problems(entry.pod_template, key_secrets),
+            ]
             if problems:
                 where, message = problems[0]
                 raise FieldProblem(message, ("pools", index, "pod_template", *where))

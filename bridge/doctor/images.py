@@ -198,6 +198,8 @@ def check_slurmd_series(image: str, pools: Sequence[str], controller: str) -> Ch
 ALLOWED_IMAGES: Final = "slurm-k8s-bridge.io/allowed-images"
 ALLOWED_HOST_PATHS: Final = "slurm-k8s-bridge.io/allowed-host-paths"
 NAMESPACE_FILE: Final = "deploy/kustomize/namespace/namespace.yaml"
+#: Any other list of the guard a refusal names (secrets, tolerations, pod options ...).
+_GUARD_LIST: Final = re.compile(r"slurm-k8s-bridge\.io/allowed-[a-z-]+")
 
 
 def check_image_names(pool: str, images: Sequence[str]) -> Check | None:
@@ -271,11 +273,19 @@ def _forbidden_fix(message: str, namespace: str) -> str:
             f"add the path to the annotation {ALLOWED_HOST_PATHS} of namespace {namespace} "
             f"({NAMESPACE_FILE}), or change the pool's hostPath volumes"
         )
+    guard_list = _GUARD_LIST.search(message)
+    if guard_list is not None:
+        return (
+            f"add what it names to the annotation {guard_list.group(0)} of namespace "
+            f"{namespace} ({NAMESPACE_FILE}; docs/security.md says what each guards), or "
+            "change the pool's pod_template"
+        )
     if "PodSecurity" in message:
         return (
             f"label namespace {namespace} pod-security.kubernetes.io/enforce=privileged "
             f"({NAMESPACE_FILE}), or make the pool's pod fit the namespace's level "
-            "(securityContext.privileged: false needs ProctrackType=proctrack/linuxproc)"
+            "(slurmd runs unprivileged unless its template sets privileged: true, which only "
+            "cgroup confinement on cgroup v1 needs)"
         )
     if "cannot create resource" in message:
         return f"grant create pods in {namespace} ({RBAC_FIX})"

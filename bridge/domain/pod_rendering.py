@@ -2,17 +2,21 @@
 
 The user owns the template (scheduling, sidecars, volumes, extra env); the bridge owns the pod's
 identity (name, namespace, labels it selects on, hostname) and the ``slurmd`` container's contract
-with the image (entrypoint, ``SLURM_NODENAME``, ``SLURM_CONF_SERVER``, the key mount).
+with the image (``SLURM_NODENAME``, ``SLURM_CONF_SERVER``, the key mount and its variable). The
+container runs the image's own ENTRYPOINT (:data:`ENTRYPOINT` in the bridge's image).
 Fields the bridge owns are rejected in templates by :func:`template_problems` instead of being
-overwritten silently; fields with a bridge default (resources, privileged, grace period ...) keep
-whatever the template sets.
+overwritten silently; fields with a bridge default (resources, security context, grace period ...)
+keep whatever the template sets.
 
 The cluster's authentication is the bridge's (``slurm.auth``): with ``munge`` the pods mount the
-munge key Secret; with ``slurm`` (auth/slurm, Slurm 23.11+) they mount the ``slurm.key`` Secret
-instead and the slurmd container gets ``SLURM_KEY_FILE`` (the entrypoint uses auth/slurm when that
-file exists), so no munge Secret is needed. A mounted slurm.conf stays the pool's choice, made in
-its template: a ConfigMap volume and ``SLURM_CONF_FILE`` (run ``slurmd -f`` it instead of
-configless); see deploy/images/slurmd/README.md.
+munge key Secret and get ``MUNGE_KEY_FILE``; with ``slurm`` (auth/slurm, Slurm 23.11+) they mount
+the ``slurm.key`` Secret instead and get ``SLURM_KEY_FILE`` (the entrypoint uses auth/slurm when
+that file exists), so no munge Secret is needed. Job processes run in the slurmd container, so the
+key is mounted below :data:`KEYS_DIR`, which only root may enter, and only into slurmd:
+:func:`key_template_problems` refuses templates that would put it anywhere else. A mounted
+slurm.conf stays the pool's choice, made in its template: a ConfigMap volume and
+``SLURM_CONF_FILE`` (run ``slurmd -f`` it instead of configless); see
+deploy/images/slurmd/README.md.
 
 The result is plain JSON (camelCase keys) as the API server accepts it.
 """
@@ -23,7 +27,7 @@ import copy
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,16 +46,38 @@ from bridge.domain.pods import (
 )
 from bridge.domain.pools import NodePool
 
+#: The ENTRYPOINT of the bridge's slurmd image; the pod does not set ``command``, so an image of
+#: one's own runs its own (it must honour the same environment).
 ENTRYPOINT = "/usr/local/bin/slurmd-entrypoint"
+#: Where the key Secrets are mounted: below a directory only root may enter (the image makes it
+#: root:root 0700 and the entrypoint sees to it), because job processes run in the slurmd
+#: container and a Secret's files are group-readable by the pod's fsGroup.
+KEYS_DIR = "/etc/slurm-k8s-bridge/keys"
 MUNGE_VOLUME = "munge-key"
-MUNGE_MOUNT_DIR = "/etc/munge-secret"
-#: The Secret key holding the munge key; the entrypoint reads ``/etc/munge-secret/munge.key``.
+MUNGE_MOUNT_DIR = f"{KEYS_DIR}/munge"
+#: The Secret key holding the munge key, also its file's name in :data:`MUNGE_MOUNT_DIR`.
 MUNGE_SECRET_KEY = "munge.key"  # noqa: S105 (a key name, not a secret)
+#: Where the entrypoint reads the munge key (set by the bridge under ``slurm.auth: munge``).
+ENV_MUNGE_KEY_FILE = "MUNGE_KEY_FILE"
 SLURM_KEY_VOLUME = "slurm-key"
-SLURM_KEY_MOUNT_DIR = "/etc/slurm-secret"
-#: The Secret key holding auth/slurm's key; the entrypoint reads ``$SLURM_KEY_FILE``.
+SLURM_KEY_MOUNT_DIR = f"{KEYS_DIR}/slurm"
+#: The Secret key holding auth/slurm's key, also its file's name in :data:`SLURM_KEY_MOUNT_DIR`.
 SLURM_SECRET_KEY = "slurm.key"  # noqa: S105 (a key name, not a secret)
+#: Where the entrypoint reads auth/slurm's key (set by the bridge under ``slurm.auth: slurm``).
 ENV_KEY_FILE = "SLURM_KEY_FILE"
+#: The bridge's key volumes, whichever the cluster's authentication: only slurmd mounts them.
+KEY_VOLUMES = (MUNGE_VOLUME, SLURM_KEY_VOLUME)
+#: What the slurmd container keeps of root's capabilities unless its template sets ``privileged``
+#: or ``capabilities`` (all others are dropped, and no process in it may gain more):
+#: CHOWN         the entrypoint gives the munge key to munge; slurmd gives job files in its
+#:               spool to the job's user;
+#: DAC_OVERRIDE  slurmd and slurmstepd (root) write its spool, where a job's files and
+#:               directories belong to the job's user;
+#: FOWNER        ... and set the modes of those files (the batch script, a step's sockets);
+#: KILL          slurmd and slurmstepd signal and kill job processes, which run as other uids;
+#: SETGID, SETUID  slurmstepd runs steps as the job's uid, gid and groups; runuser starts
+#:               munged as munge.
+SLURMD_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID")
 #: ``slurm.auth``: munge, or Slurm's own auth/slurm with a shared key.
 AUTH_MUNGE, AUTH_SLURM = "munge", "slurm"
 ENV_NODENAME = "SLURM_NODENAME"
@@ -77,6 +103,8 @@ _OWN_SPEC_KEYS = {
     "subdomain": "the bridge sets it to kubernetes.node_service",
     "nodeName": "the scheduler places the pod; use nodeSelector or affinity",
 }
+_KEY_MOUNTED = "mounts the key Secret {}; only the bridge mounts it, into slurmd alone"
+_KEY_READ = "reads the key Secret {}; only the bridge mounts it, into slurmd alone"
 
 
 @dataclass(frozen=True)
@@ -275,24 +303,30 @@ def _key_mount(settings: PodSettings) -> dict[str, Any]:
     return {"name": MUNGE_VOLUME, "mountPath": MUNGE_MOUNT_DIR, "readOnly": True}
 
 
+def _key_file_env(auth: str) -> dict[str, str]:
+    """The variable that tells the entrypoint where the key of ``auth`` is mounted."""
+    if auth == AUTH_SLURM:
+        # The entrypoint runs auth/slurm when this file exists (and munge otherwise).
+        return {"name": ENV_KEY_FILE, "value": f"{SLURM_KEY_MOUNT_DIR}/{SLURM_SECRET_KEY}"}
+    return {"name": ENV_MUNGE_KEY_FILE, "value": f"{MUNGE_MOUNT_DIR}/{MUNGE_SECRET_KEY}"}
+
+
 def _slurmd_container(
     pool: NodePool, node: str, settings: PodSettings, template: dict[str, Any]
 ) -> dict[str, Any]:
     container = dict(template)
     container["name"] = SLURMD_CONTAINER
     container["image"] = container.get("image") or pool.image
-    # A custom image may ship its own entrypoint as long as it honours the same environment.
-    container.setdefault("command", [ENTRYPOINT])
+    # No `command`: the image's ENTRYPOINT runs. A template's own command stays, for the
+    # namespace's admission policy to allow or refuse.
 
+    key_file = _key_file_env(settings.auth)
     own_env = [
         {"name": ENV_NODENAME, "value": node},
         {"name": ENV_CONF_SERVER, "value": settings.conf_server},
+        key_file,
     ]
-    own_names = _OWN_ENV
-    if settings.auth == AUTH_SLURM:
-        # The entrypoint runs auth/slurm when this file exists (and munge otherwise).
-        own_env.append({"name": ENV_KEY_FILE, "value": f"{SLURM_KEY_MOUNT_DIR}/{SLURM_SECRET_KEY}"})
-        own_names = _OWN_ENV | {ENV_KEY_FILE}
+    own_names = _OWN_ENV | {key_file["name"]}
     user_env = [e for e in container.get("env") or [] if e.get("name") not in own_names]
     if not any(e.get("name") == ENV_EXTRA_ARGS for e in user_env):
         own_env.append({"name": ENV_EXTRA_ARGS, "value": ""})
@@ -313,8 +347,11 @@ def _slurmd_container(
     container["resources"] = resources
 
     security: dict[str, Any] = dict(container.get("securityContext") or {})
-    # slurmd creates job cgroups and namespaces; without privilege its jobs cannot be confined.
-    security.setdefault("privileged", True)
+    # Privileged is the pool's explicit choice (cgroup confinement on a cgroup v1 host needs it:
+    # the container's cgroup mounts are read-only otherwise), and so are capabilities of its own.
+    if security.get("privileged") is None and security.get("capabilities") is None:
+        security.setdefault("allowPrivilegeEscalation", False)
+        security["capabilities"] = {"drop": ["ALL"], "add": list(SLURMD_CAPABILITIES)}
     container["securityContext"] = security
     return container
 
@@ -365,35 +402,115 @@ def template_problems(template: Mapping[str, Any]) -> list[tuple[Path, str]]:
 
 
 def auth_template_problems(template: Mapping[str, Any], auth: str) -> list[tuple[Path, str]]:
-    """What a pool's template sets that the bridge owns under ``slurm.auth: slurm`` (the
-    ``slurm-key`` volume and mount, ``SLURM_KEY_FILE``); nothing under munge. Paths as in
-    :func:`template_problems` (run that first: this one skips what it reports)."""
-    if auth != AUTH_SLURM:
-        return []
+    """What a pool's template sets that the bridge owns under ``slurm.auth``: ``MUNGE_KEY_FILE``
+    under munge; the ``slurm-key`` volume and mount and ``SLURM_KEY_FILE`` under slurm. Paths as
+    in :func:`template_problems` (run that first: this one skips what it reports)."""
     spec = template.get("spec")
     if not isinstance(spec, Mapping):
         return []
-    owned = "set by the bridge with slurm.auth: slurm"
+    owned = f"set by the bridge with slurm.auth: {AUTH_SLURM if auth == AUTH_SLURM else AUTH_MUNGE}"
+    key_file = _key_file_env(auth)["name"]
     problems: list[tuple[Path, str]] = []
-    volumes = spec.get("volumes")
-    for i, volume in enumerate(volumes if isinstance(volumes, list) else ()):
-        if isinstance(volume, Mapping) and volume.get("name") == SLURM_KEY_VOLUME:
-            problems.append((("spec", "volumes", i, "name"), f"{SLURM_KEY_VOLUME!r} is {owned}"))
-    containers = spec.get("containers")
-    for i, container in enumerate(containers if isinstance(containers, list) else ()):
-        if not isinstance(container, Mapping) or container.get("name") != SLURMD_CONTAINER:
+    if auth == AUTH_SLURM:
+        for i, volume in enumerate(_list(spec.get("volumes"))):
+            if isinstance(volume, Mapping) and volume.get("name") == SLURM_KEY_VOLUME:
+                problems.append(
+                    (("spec", "volumes", i, "name"), f"{SLURM_KEY_VOLUME!r} is {owned}")
+                )
+    for here, container in _containers(spec, ("containers",)):
+        if container.get("name") != SLURMD_CONTAINER:
             continue
-        here: Path = ("spec", "containers", i)
-        env, mounts = container.get("env"), container.get("volumeMounts")
-        for j, entry in enumerate(env if isinstance(env, list) else ()):
-            if isinstance(entry, Mapping) and entry.get("name") == ENV_KEY_FILE:
-                problems.append(((*here, "env", j, "name"), f"{ENV_KEY_FILE} is {owned}"))
-        for j, mount in enumerate(mounts if isinstance(mounts, list) else ()):
+        for j, entry in enumerate(_list(container.get("env"))):
+            if isinstance(entry, Mapping) and entry.get("name") == key_file:
+                problems.append(((*here, "env", j, "name"), f"{key_file} is {owned}"))
+        if auth != AUTH_SLURM:
+            continue
+        for j, mount in enumerate(_list(container.get("volumeMounts"))):
             if isinstance(mount, Mapping) and mount.get("name") == SLURM_KEY_VOLUME:
                 problems.append(
                     ((*here, "volumeMounts", j, "name"), f"{SLURM_KEY_VOLUME!r} is {owned}")
                 )
     return problems
+
+
+def key_template_problems(
+    template: Mapping[str, Any], key_secrets: Collection[str]
+) -> list[tuple[Path, str]]:
+    """Where a pool's template would put the cluster's key within reach of more than the
+    bridge's mount in slurmd, whatever its fsGroup or modes: a volume of a key Secret
+    (``key_secrets``: ``slurm.munge_key_secret`` and ``slurm.slurm_key_secret``, projected ones
+    too), the bridge's key volumes (:data:`KEY_VOLUMES`) mounted in any other container, and a
+    key Secret in any container's ``env`` or ``envFrom``. Paths as in :func:`template_problems`.
+    """
+    spec = template.get("spec")
+    if not isinstance(spec, Mapping):
+        return []
+    secrets = frozenset(key_secrets)
+    problems: list[tuple[Path, str]] = []
+    for i, volume in enumerate(_list(spec.get("volumes"))):
+        if isinstance(volume, Mapping):
+            problems.extend(_key_volume_problems(("spec", "volumes", i), volume, secrets))
+    for here, container in _containers(spec, ("initContainers", "containers")):
+        slurmd = here[1] == "containers" and container.get("name") == SLURMD_CONTAINER
+        problems.extend(_key_container_problems(here, container, secrets, slurmd=slurmd))
+    return problems
+
+
+def _key_volume_problems(
+    here: Path, volume: Mapping[str, Any], secrets: frozenset[str]
+) -> Iterator[tuple[Path, str]]:
+    secret = volume.get("secret")
+    if isinstance(secret, Mapping) and _named(secret.get("secretName"), secrets):
+        yield (*here, "secret", "secretName"), _KEY_MOUNTED.format(secret["secretName"])
+    projected = volume.get("projected")
+    sources = projected.get("sources") if isinstance(projected, Mapping) else None
+    for j, source in enumerate(_list(sources)):
+        secret = source.get("secret") if isinstance(source, Mapping) else None
+        if isinstance(secret, Mapping) and _named(secret.get("name"), secrets):
+            path: Path = (*here, "projected", "sources", j, "secret", "name")
+            yield path, _KEY_MOUNTED.format(secret["name"])
+
+
+def _key_container_problems(
+    here: Path, container: Mapping[str, Any], secrets: frozenset[str], *, slurmd: bool
+) -> Iterator[tuple[Path, str]]:
+    for j, mount in enumerate(_list(container.get("volumeMounts"))):
+        name = mount.get("name") if isinstance(mount, Mapping) else None
+        if not slurmd and isinstance(name, str) and name in KEY_VOLUMES:
+            yield (
+                (*here, "volumeMounts", j, "name"),
+                f"{name!r} is the key's volume: only the slurmd container mounts it",
+            )
+    for j, entry in enumerate(_list(container.get("env"))):
+        value_from = entry.get("valueFrom") if isinstance(entry, Mapping) else None
+        ref = value_from.get("secretKeyRef") if isinstance(value_from, Mapping) else None
+        if isinstance(ref, Mapping) and _named(ref.get("name"), secrets):
+            path: Path = (*here, "env", j, "valueFrom", "secretKeyRef", "name")
+            yield path, _KEY_READ.format(ref["name"])
+    for j, source in enumerate(_list(container.get("envFrom"))):
+        ref = source.get("secretRef") if isinstance(source, Mapping) else None
+        if isinstance(ref, Mapping) and _named(ref.get("name"), secrets):
+            yield (*here, "envFrom", j, "secretRef", "name"), _KEY_READ.format(ref["name"])
+
+
+def _list(value: object) -> list[Any]:
+    # What the template holds where a list belongs; anything else is template_problems' to tell.
+    return value if isinstance(value, list) else []
+
+
+def _named(name: object, names: frozenset[str]) -> bool:
+    return isinstance(name, str) and name in names
+
+
+def _containers(
+    spec: Mapping[str, Any], kinds: Sequence[str]
+) -> Iterator[tuple[Path, Mapping[str, Any]]]:
+    """The containers of ``spec`` of each kind (``containers``, ``initContainers``) with their
+    paths, skipping what is not a mapping."""
+    for kind in kinds:
+        for i, container in enumerate(_list(spec.get(kind))):
+            if isinstance(container, Mapping):
+                yield ("spec", kind, i), container
 
 
 def _metadata_problems(metadata: object) -> list[tuple[Path, str]]:

@@ -317,6 +317,7 @@ def render_slurm_conf(
     lines += ["", "# Nodes: each exists only while its pod runs."]
     lines += [node_line(pool) for pool in pools]
     lines += ["", "# Partitions: power-save timing for the bridge's nodes only."]
+    lines += _root_jobs_advice(partitions)
     for name, members in partitions.items():
         words = [f"PartitionName={name}", "Nodes=" + ",".join(pool.nodes for pool in members)]
         if name == default_partition:
@@ -328,6 +329,23 @@ def render_slurm_conf(
         words += [f"{key}={value}" for key, value in timing.items()]
         lines.append(" ".join(words))
     return "\n".join(lines) + "\n"
+
+
+def _root_jobs_advice(partitions: Mapping[str, Sequence[NodePool]]) -> list[str]:
+    """A comment recommending DisableRootJobs=YES for the partitions whose pools do not set it.
+    Recommended, not written: the site decides (and the proving ground's tests submit root
+    jobs)."""
+    allowed = [
+        name
+        for name, members in partitions.items()
+        if "DisableRootJobs" not in dict(members[0].partition_options)
+    ]
+    if not allowed:
+        return []
+    return [
+        f"# Recommended for {', '.join(allowed)}: DisableRootJobs=YES (partition_options).",
+        "# A job that runs as root in a slurmd pod can read the node's key and forge any uid.",
+    ]
 
 
 def _optional_globals(

@@ -78,12 +78,17 @@ RECONCILE_S = 5
 POD_AGE_GUARD_S = 10
 FAILED_NODE_HOLD_S = 20
 POLL_S = 2.0
-#: The ground's namespace: its annotations are the admission guard's allow-lists.
-NAMESPACE_MANIFEST = ROOT / "deploy" / "kustomize" / "namespace" / "namespace.yaml"
+#: The ground's allow-lists for the admission guard (its namespace's annotations).
+NAMESPACE_MANIFEST = ROOT / "dev" / "proving_ground" / "namespace" / "allow-lists.yaml"
 ALLOW_LIST_PREFIX = "slurm-k8s-bridge.io/allowed-"
-#: What deploy/kustomize/namespace/admission-policy.yaml reads; a namespace without one of them
-#: gets no bridge pod at all.
-ALLOW_LISTS = (f"{ALLOW_LIST_PREFIX}images", f"{ALLOW_LIST_PREFIX}host-paths")
+#: Lists deploy/kustomize/namespace/admission-policy.yaml reads without which a namespace gets
+#: no pod of the ground's pools at all.
+ALLOW_LISTS = (
+    f"{ALLOW_LIST_PREFIX}images",
+    f"{ALLOW_LIST_PREFIX}host-paths",
+    f"{ALLOW_LIST_PREFIX}secrets",
+    f"{ALLOW_LIST_PREFIX}pod-options",
+)
 
 
 def say(message: str) -> None:

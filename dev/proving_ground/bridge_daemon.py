@@ -42,7 +42,8 @@ def ensure_credentials(layout: Layout) -> None:
     kustomize = layout.root / "deploy" / "kustomize"
     # As a site does it: the administrator's part first, then the Secret by name (the base
     # holds no key), then the base.
-    kube.kubectl(layout, "apply", "-k", str(kustomize / "namespace"))
+    ground_namespace = layout.root / "dev" / "proving_ground" / "namespace"
+    kube.kubectl(layout, "apply", "-k", str(ground_namespace))
     create_munge_secret(layout, NAMESPACE, layout.munge_key)
     if running_auth(layout) == AUTH_SLURM:
         create_slurm_key_secret(layout, NAMESPACE, slurm_key_path(layout))

@@ -74,7 +74,7 @@ def compose(proving_ground: ProvingGround, tmp_path: Path) -> Iterator[ProvingGr
     built = run([str(proving_ground.layout.kustomize_bin), "build", str(wrapper)]).stdout
     # The admission guard's cluster-scoped objects: deleted afterwards unless they were there.
     policy_before = policy_objects(proving_ground)
-    apply_namespace(proving_ground, "namespace", NAMESPACE, tmp_path / "namespace")
+    apply_namespace(proving_ground, "../compose/namespace", NAMESPACE, tmp_path / "namespace")
     bridge_daemon.create_munge_secret(proving_ground.layout, NAMESPACE, MUNGE_KEY)
     proving_ground.kubectl("apply", "-f", "-", input_text=built)
     script = KUSTOMIZE_DIR / "overlays" / "external" / "make-kubeconfig.sh"

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from proving_ground import bridge_daemon, bridge_image, images
 
+from bridge.domain.pod_rendering import MUNGE_MOUNT_DIR, MUNGE_SECRET_KEY, SLURMD_CAPABILITIES
 from tests import slurm_state
 from tests.cluster import kubectl_outcome
 from tests.conftest import ProvingGround
@@ -37,6 +38,8 @@ from tests.integration.manifests import (
 
 pytestmark = pytest.mark.e2e
 
+#: Where the pool's pods hold the munge key (the bridge mounts it there).
+KEY = f"{MUNGE_MOUNT_DIR}/{MUNGE_SECRET_KEY}"
 INCLUSTER_SHARED = Path("/var/lib/slurm-k8s-bridge/incluster")
 #: The ground has no dynamic provisioner: slurmctld's state claim binds to a hostPath
 #: PersistentVolume the test makes (claimRef: that claim alone).
@@ -251,11 +254,13 @@ def test_in_cluster_runs_a_two_node_job(in_cluster: ProvingGround) -> None:
         "--chdir=/shared",
         "--output=/shared/job-%j.out",
         "--wrap",
-        "srun hostname",
+        # Each step: its node, its uid, and what reading the node's key said.
+        f"srun sh -c 'echo \"$(hostname)|$(id -u)|$(cat {KEY} 2>&1 >/dev/null)\"'",
     ).strip()
     wait_for("two slurmd pods", lambda: len(slurm_pods(pg)) == 2, timeout_s=60)
     pods = slurm_pods(pg)
-    # Each pod is granted what slurmctld schedules onto its node (Guaranteed: limits too).
+    # Each pod is granted what slurmctld schedules onto its node (Guaranteed: limits too), and
+    # runs unprivileged with the capabilities slurmd needs (the bridge's default).
     for pod in pods:
         node = ctld("scontrol", "show", "node", "-o", pod)
         told = re.search(r"CPUTot=(\d+) .*RealMemory=(\d+) ", node)
@@ -264,6 +269,10 @@ def test_in_cluster_runs_a_two_node_job(in_cluster: ProvingGround) -> None:
         slurmd = next(c for c in spec["containers"] if c["name"] == "slurmd")
         shape = {"cpu": told[1], "memory": f"{told[2]}Mi"}
         assert slurmd["resources"] == {"requests": shape, "limits": shape}, node
+        assert slurmd["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"], "add": list(SLURMD_CAPABILITIES)},
+        }, pod
 
     def job_state() -> str:
         return slurm_state.job_state(lambda *argv: ctld(*argv, check=False), int(job))
@@ -275,7 +284,13 @@ def test_in_cluster_runs_a_two_node_job(in_cluster: ProvingGround) -> None:
     )
     assert job_state() == "COMPLETED", ctld("scontrol", "show", "job", job)
     output = ctld("cat", f"/shared/job-{job}.out")
-    assert sorted(output.split()) == sorted(pods.values())
+    steps = [line.split("|") for line in output.splitlines()]
+    assert sorted(host for host, _, _ in steps) == sorted(pods.values()), output
+    # The job runs as slurmctld's container user (SlurmUser), not root, and cannot read the key
+    # its own pod mounts.
+    for host, uid, read in steps:
+        assert uid != "0", output
+        assert read == f"cat: {KEY}: Permission denied", (host, read)
     # slurmd registered through the Service, yet slurmctld knows each node by its pod's own IP
     # (cloud_reg_addrs; pod-to-Service traffic is not masqueraded).
     for pod in pods:

@@ -25,8 +25,18 @@ NAMESPACE_OF = {
     "overlays/external": "namespace",
     "overlays/in-cluster": "overlays/in-cluster/namespace",
 }
-#: The Namespace annotations holding the allow-lists.
-ALLOW_LISTS = ("slurm-k8s-bridge.io/allowed-images", "slurm-k8s-bridge.io/allowed-host-paths")
+#: The Namespace annotations holding the guard's identity and allow-lists (namespace.yaml sets
+#: each; allowed-service-accounts and allowed-volume-types have defaults and are left out).
+ALLOW_LISTS = (
+    "slurm-k8s-bridge.io/allowed-images",
+    "slurm-k8s-bridge.io/allowed-host-paths",
+    "slurm-k8s-bridge.io/allowed-secrets",
+    "slurm-k8s-bridge.io/allowed-node-selectors",
+    "slurm-k8s-bridge.io/allowed-tolerations",
+    "slurm-k8s-bridge.io/allowed-capabilities",
+    "slurm-k8s-bridge.io/allowed-pod-options",
+    "slurm-k8s-bridge.io/bridge-identities",
+)
 
 
 def kustomize(proving_ground: ProvingGround, path: Path) -> str:

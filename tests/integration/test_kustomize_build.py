@@ -97,7 +97,7 @@ def test_overlay_builds(
 )
 def test_namespace_builds(build_cache: ProvingGround, kustomization: str, namespace: str) -> None:
     """The administrator's part: the Namespace with Pod Security labels (privileged enforced:
-    slurmd is privileged; audited against baseline) and the guard's allow-lists, the guard, and
+    hostPath volumes, and pools that confine jobs with cgroups; audited against baseline) and the guard's allow-lists, the guard, and
     the cluster-scoped read of nodes (which are cordoned) bound to this namespace's bridge."""
     docs = build(build_cache, kustomization)
     assert {d["kind"] for d in docs} == {
@@ -228,3 +228,24 @@ def test_the_guard_is_the_same_in_every_namespace(build_cache: ProvingGround) ->
         assert guard(kustomization) == first, kustomization
     # No paramKind: its lists are those of the namespace of each request (see the policy).
     assert all("paramKind" not in d["spec"] and "paramRef" not in d["spec"] for d in first)
+
+
+def test_in_cluster_metrics_are_not_open_to_slurmd_pods(build_cache: ProvingGround) -> None:
+    """The network policies: slurmd pods reachable from the namespace; slurmctld's pod only on
+    slurmctld's port from the namespace, and on the metrics port only from the monitoring
+    namespace (the endpoint has no authentication)."""
+    policies = {
+        d["metadata"]["name"]: d["spec"]
+        for d in build(build_cache, "overlays/in-cluster")
+        if d["kind"] == "NetworkPolicy"
+    }
+    assert policies["slurmd-pods"]["ingress"] == [{"from": [{"podSelector": {}}]}]
+    ctld = policies["slurmctld"]
+    assert ctld["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "slurmctld"}}
+    by_port = {rule["ports"][0]["port"]: rule["from"] for rule in ctld["ingress"]}
+    assert by_port == {
+        6817: [{"podSelector": {}}],
+        "metrics": [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+        ],
+    }

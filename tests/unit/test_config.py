@@ -253,6 +253,67 @@ def named(text: str) -> str:
             "is set by the bridge with slurm.auth: slurm",
         ),
         (
+            named(
+                HEAD + POOL + "    pod_template:\n      spec:\n        containers:\n"
+                "          - name: slurmd\n            env:\n              - name: MUNGE_KEY_FILE\n"
+            ),
+            "bridge.yaml:14: pools[0].pod_template.spec.containers[0].env[0].name: MUNGE_KEY_FILE "
+            "is set by the bridge with slurm.auth: munge",
+        ),
+        # Issue 31 item 3: the key goes to slurmd alone, through the bridge's mount only.
+        (
+            named(
+                HEAD
+                + POOL
+                + "    pod_template:\n      spec:\n        volumes:\n          - name: k\n"
+                "            secret: {secretName: slurm-munge-key, defaultMode: 0440}\n"
+            ),
+            "bridge.yaml:13: pools[0].pod_template.spec.volumes[0].secret.secretName: mounts the "
+            "key Secret slurm-munge-key; only the bridge mounts it, into slurmd alone",
+        ),
+        (
+            named(
+                "slurm:\n  conf_server: ctl:6817\n  slurm_key_secret: cluster-key\npools:\n"
+                + POOL
+                + "    pod_template:\n      spec:\n        volumes:\n          - name: all\n"
+                "            projected:\n              sources:\n"
+                "                - secret: {name: cluster-key}\n"
+            ),
+            "bridge.yaml:16: pools[0].pod_template.spec.volumes[0].projected.sources[0].secret."
+            "name: mounts the key Secret cluster-key; only the bridge mounts it, into slurmd alone",
+        ),
+        (
+            named(
+                HEAD
+                + POOL
+                + "    pod_template:\n      spec:\n        containers:\n          - name: log\n"
+                "            image: busybox\n            volumeMounts:\n"
+                "              - {name: munge-key, mountPath: /k}\n"
+            ),
+            "bridge.yaml:15: pools[0].pod_template.spec.containers[0].volumeMounts[0].name: "
+            "'munge-key' is the key's volume: only the slurmd container mounts it",
+        ),
+        (
+            named(
+                HEAD + POOL + "    pod_template:\n      spec:\n        initContainers:\n"
+                "          - name: prep\n            image: busybox\n            envFrom:\n"
+                "              - secretRef: {name: slurm-key}\n"
+            ),
+            "bridge.yaml:15: pools[0].pod_template.spec.initContainers[0].envFrom[0].secretRef."
+            "name: reads the key Secret slurm-key; only the bridge mounts it, into slurmd alone",
+        ),
+        (
+            named(
+                HEAD + POOL + "    pod_template:\n      spec:\n        containers:\n"
+                "          - name: slurmd\n            env:\n              - name: K\n"
+                "                valueFrom:\n                  secretKeyRef:\n"
+                "                    {name: slurm-munge-key, key: munge.key}\n"
+            ),
+            "bridge.yaml:17: pools[0].pod_template.spec.containers[0].env[0].valueFrom."
+            "secretKeyRef.name: reads the key Secret slurm-munge-key; only the bridge mounts it, "
+            "into slurmd alone",
+        ),
+        (
             named(HEAD + POOL + "kubernetes:\n  namespase: x\n"),
             "bridge.yaml:10: kubernetes.namespase: unknown key; known keys: namespace, "
             "kubeconfig, context, node_service, cluster_domain",
@@ -555,6 +616,52 @@ def test_hostile_yaml_gives_a_config_error(text: str, message: str) -> None:
         parse_config(text, "bridge.yaml")
     assert message in str(caught.value)
     assert len(str(caught.value)) < 250
+
+
+@pytest.mark.parametrize(
+    ("slurm", "template"),
+    [
+        # Another Secret, in a volume of a sidecar and in env.
+        (
+            "",
+            "      spec:\n        volumes:\n          - name: tls\n"
+            "            secret: {secretName: site-tls}\n        containers:\n"
+            "          - name: log\n            image: busybox\n            volumeMounts:\n"
+            "              - {name: tls, mountPath: /tls}\n            envFrom:\n"
+            "              - secretRef: {name: site-env}\n",
+        ),
+        # Under munge a pool may still opt into auth/slurm from a Secret of its own.
+        (
+            "",
+            "      spec:\n        volumes:\n          - name: slurm-key\n"
+            "            secret: {secretName: pool-slurm-key}\n        containers:\n"
+            "          - name: slurmd\n            env:\n              - name: SLURM_KEY_FILE\n"
+            "                value: /etc/slurm-k8s-bridge/keys/slurm/slurm.key\n"
+            "            volumeMounts:\n"
+            "              - {name: slurm-key, mountPath: /etc/slurm-k8s-bridge/keys/slurm}\n",
+        ),
+        # The key Secrets are the ones the configuration names.
+        (
+            "  munge_key_secret: site-munge\n",
+            "      spec:\n        volumes:\n          - name: old\n"
+            "            secret: {secretName: slurm-munge-key}\n",
+        ),
+    ],
+)
+def test_templates_that_leave_the_key_to_the_bridge_are_accepted(slurm: str, template: str) -> None:
+    text = "slurm:\n  conf_server: ctl:6817\n" + slurm + "pools:\n" + POOL
+    config = parse_config(named(text + "    pod_template:\n" + template), "bridge.yaml")
+    assert len(config.pools.pools) == 1
+
+
+def test_the_key_secrets_named_in_the_environment_are_refused_in_templates() -> None:
+    text = named(
+        HEAD + POOL + "    pod_template:\n      spec:\n        volumes:\n          - name: k\n"
+        "            secret: {secretName: site-munge}\n"
+    )
+    assert parse_config(text, "bridge.yaml").pools
+    with pytest.raises(ConfigError, match="mounts the key Secret site-munge"):
+        parse_config(text, "bridge.yaml", environ={"SKB_SLURM_MUNGE_KEY_SECRET": "site-munge"})
 
 
 def test_aliases_that_share_a_template_still_work() -> None:

@@ -733,6 +733,17 @@ ALLOW_LIST_REFUSAL = (
         ),
         (
             Forbidden(
+                "dry-run create pod cpu-0: forbidden: ... pod option(s) not allowed (annotation "
+                "slurm-k8s-bridge.io/allowed-pod-options of namespace slurm): privileged"
+            ),
+            False,
+            Status.FAIL,
+            "): privileged",
+            "add what it names to the annotation slurm-k8s-bridge.io/allowed-pod-options of "
+            "namespace slurm",
+        ),
+        (
+            Forbidden(
                 'dry-run create pod cpu-0: forbidden: pods "cpu-0" is forbidden: violates '
                 'PodSecurity "baseline:latest": privileged (container "slurmd" must not set '
                 "securityContext.privileged=true)"

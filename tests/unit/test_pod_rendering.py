@@ -11,6 +11,7 @@ import pytest
 from bridge.domain.pod_rendering import (
     PodSettings,
     auth_template_problems,
+    key_template_problems,
     pool_template_hash,
     render_pod,
     template_image,
@@ -26,6 +27,23 @@ from bridge.domain.pods import (
 from bridge.domain.pools import NodePool
 
 SETTINGS = PodSettings(namespace="hpc", cluster_name="prod", conf_server="10.213.0.1:6817")
+#: What slurmd gets when its template says nothing about privileges.
+UNPRIVILEGED: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {
+        "drop": ["ALL"],
+        "add": ["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"],
+    },
+}
+MUNGE_MOUNT = {
+    "name": "munge-key",
+    "mountPath": "/etc/slurm-k8s-bridge/keys/munge",
+    "readOnly": True,
+}
+MUNGE_KEY_FILE_ENV = {
+    "name": "MUNGE_KEY_FILE",
+    "value": "/etc/slurm-k8s-bridge/keys/munge/munge.key",
+}
 
 
 def pool_with(template: dict[str, Any], image: str = "localhost/slurmd:dev") -> NodePool:
@@ -77,20 +95,20 @@ def test_empty_template_renders_the_whole_pod() -> None:
                 {
                     "name": "slurmd",
                     "image": "localhost/slurmd:dev",
-                    "command": ["/usr/local/bin/slurmd-entrypoint"],
+                    # No command: the image's ENTRYPOINT runs.
                     "env": [
                         {"name": "SLURM_NODENAME", "value": "cpu-1"},
                         {"name": "SLURM_CONF_SERVER", "value": "10.213.0.1:6817"},
+                        MUNGE_KEY_FILE_ENV,
                         {"name": "SLURMD_EXTRA_ARGS", "value": ""},
                     ],
-                    "volumeMounts": [
-                        {"name": "munge-key", "mountPath": "/etc/munge-secret", "readOnly": True}
-                    ],
+                    # Below a directory only root may enter: jobs run in this container.
+                    "volumeMounts": [MUNGE_MOUNT],
                     "resources": {
                         "requests": {"cpu": "2", "memory": "1024Mi"},
                         "limits": {"cpu": "2", "memory": "1024Mi"},
                     },
-                    "securityContext": {"privileged": True},
+                    "securityContext": UNPRIVILEGED,
                 }
             ],
             "volumes": [
@@ -158,16 +176,14 @@ FULL_TEMPLATE: dict[str, Any] = {
             [
                 {"name": "SLURM_NODENAME", "value": "cpu-2"},
                 {"name": "SLURM_CONF_SERVER", "value": "10.213.0.1:6817"},
+                MUNGE_KEY_FILE_ENV,
                 {"name": "SLURMD_EXTRA_ARGS", "value": "-vvv"},
                 {"name": "TZ", "value": "UTC"},
             ],
         ),
         (
             ("spec", "containers", 1, "volumeMounts"),
-            [
-                {"name": "scratch", "mountPath": "/scratch"},
-                {"name": "munge-key", "mountPath": "/etc/munge-secret", "readOnly": True},
-            ],
+            [{"name": "scratch", "mountPath": "/scratch"}, MUNGE_MOUNT],
         ),
         (
             ("spec", "containers", 1, "resources"),
@@ -176,9 +192,10 @@ FULL_TEMPLATE: dict[str, Any] = {
                 "limits": {"cpu": "2", "memory": "2Gi", "nvidia.com/gpu": "1"},
             },
         ),
+        # The template's capabilities are its choice: nothing added, nothing dropped.
         (
             ("spec", "containers", 1, "securityContext"),
-            {"capabilities": {"add": ["SYS_ADMIN"]}, "privileged": True},
+            {"capabilities": {"add": ["SYS_ADMIN"]}},
         ),
         (("spec", "volumes", 0, "name"), "scratch"),
         (("spec", "volumes", 1, "name"), "munge-key"),
@@ -191,13 +208,70 @@ def test_template_merge(path: tuple[str | int, ...], expected: Any) -> None:
     assert value == expected
 
 
-def test_template_privileged_false_is_kept() -> None:
-    template = {
-        "spec": {"containers": [{"name": "slurmd", "securityContext": {"privileged": False}}]}
-    }
-    pod = render_pod(pool_with(template), "cpu-0", SETTINGS)
-    assert slurmd(pod)["securityContext"] == {"privileged": False}
+@pytest.mark.parametrize(
+    ("security", "rendered"),
+    [
+        pytest.param(None, UNPRIVILEGED, id="none:unprivileged"),
+        pytest.param({}, UNPRIVILEGED, id="empty:unprivileged"),
+        # Kept, and not loosened: the bridge adds its own keys after the template's.
+        pytest.param(
+            {"runAsUser": 0, "readOnlyRootFilesystem": True},
+            {"runAsUser": 0, "readOnlyRootFilesystem": True, **UNPRIVILEGED},
+            id="other-keys:kept-and-unprivileged",
+        ),
+        pytest.param(
+            {"allowPrivilegeEscalation": True},
+            {"allowPrivilegeEscalation": True, "capabilities": UNPRIVILEGED["capabilities"]},
+            id="escalation:the-template's",
+        ),
+        # null in YAML sets nothing.
+        pytest.param(
+            {"privileged": None, "capabilities": None},
+            {"privileged": None, **UNPRIVILEGED},
+            id="nulls:unprivileged",
+        ),
+        # Privileged (cgroup confinement on cgroup v1) or capabilities: exactly the template's.
+        pytest.param({"privileged": True}, {"privileged": True}, id="privileged:kept"),
+        pytest.param({"privileged": False}, {"privileged": False}, id="not-privileged:kept"),
+        pytest.param(
+            {"capabilities": {"add": ["SYS_NICE"]}, "runAsUser": 0},
+            {"capabilities": {"add": ["SYS_NICE"]}, "runAsUser": 0},
+            id="capabilities:kept",
+        ),
+        pytest.param({"capabilities": {}}, {"capabilities": {}}, id="empty-capabilities:kept"),
+    ],
+)
+def test_slurmd_runs_unprivileged_unless_its_template_chooses(
+    security: dict[str, Any] | None, rendered: dict[str, Any]
+) -> None:
+    container: dict[str, Any] = {"name": "slurmd"}
+    if security is not None:
+        container["securityContext"] = security
+    pod = render_pod(pool_with({"spec": {"containers": [container]}}), "cpu-0", SETTINGS)
+    assert slurmd(pod)["securityContext"] == rendered
     assert slurmd(pod)["image"] == "localhost/slurmd:dev"
+
+
+@pytest.mark.parametrize(
+    ("container", "command"),
+    [
+        pytest.param({"name": "slurmd"}, None, id="none:the-image's-entrypoint"),
+        pytest.param(
+            {"name": "slurmd", "command": ["/my-entrypoint"], "args": ["-x"]},
+            (["/my-entrypoint"], ["-x"]),
+            id="the-template's:kept",
+        ),
+    ],
+)
+def test_slurmd_runs_the_images_entrypoint_unless_the_template_sets_a_command(
+    container: dict[str, Any], command: tuple[list[str], list[str]] | None
+) -> None:
+    pod = render_pod(pool_with({"spec": {"containers": [container]}}), "cpu-0", SETTINGS)
+    rendered = slurmd(pod)
+    if command is None:
+        assert "command" not in rendered and "args" not in rendered
+    else:
+        assert (rendered["command"], rendered["args"]) == command
 
 
 def test_rendering_never_mutates_inputs() -> None:
@@ -368,7 +442,12 @@ SLURM_KEY_VOLUME = {
         "defaultMode": 0o400,
     },
 }
-KEY_FILE_ENV = {"name": "SLURM_KEY_FILE", "value": "/etc/slurm-secret/slurm.key"}
+SLURM_KEY_MOUNT = {
+    "name": "slurm-key",
+    "mountPath": "/etc/slurm-k8s-bridge/keys/slurm",
+    "readOnly": True,
+}
+KEY_FILE_ENV = {"name": "SLURM_KEY_FILE", "value": "/etc/slurm-k8s-bridge/keys/slurm/slurm.key"}
 
 
 @pytest.mark.parametrize(
@@ -378,14 +457,14 @@ KEY_FILE_ENV = {"name": "SLURM_KEY_FILE", "value": "/etc/slurm-secret/slurm.key"
             "munge",
             {},
             [MUNGE_VOLUME],
-            [{"name": "munge-key", "mountPath": "/etc/munge-secret", "readOnly": True}],
-            ["SLURM_NODENAME", "SLURM_CONF_SERVER", "SLURMD_EXTRA_ARGS"],
+            [MUNGE_MOUNT],
+            ["SLURM_NODENAME", "SLURM_CONF_SERVER", "MUNGE_KEY_FILE", "SLURMD_EXTRA_ARGS"],
         ),
         (
             "slurm",
             {},
             [SLURM_KEY_VOLUME],
-            [{"name": "slurm-key", "mountPath": "/etc/slurm-secret", "readOnly": True}],
+            [SLURM_KEY_MOUNT],
             ["SLURM_NODENAME", "SLURM_CONF_SERVER", "SLURM_KEY_FILE", "SLURMD_EXTRA_ARGS"],
         ),
         # The template's own volumes and mounts stay, before the bridge's key.
@@ -393,10 +472,7 @@ KEY_FILE_ENV = {"name": "SLURM_KEY_FILE", "value": "/etc/slurm-secret/slurm.key"
             "slurm",
             FULL_TEMPLATE,
             [{"name": "scratch", "emptyDir": {}}, SLURM_KEY_VOLUME],
-            [
-                {"name": "scratch", "mountPath": "/scratch"},
-                {"name": "slurm-key", "mountPath": "/etc/slurm-secret", "readOnly": True},
-            ],
+            [{"name": "scratch", "mountPath": "/scratch"}, SLURM_KEY_MOUNT],
             ["SLURM_NODENAME", "SLURM_CONF_SERVER", "SLURM_KEY_FILE", "SLURMD_EXTRA_ARGS", "TZ"],
         ),
         # Under munge a pool may still opt into auth/slurm itself (its own volume and env).
@@ -409,8 +485,28 @@ KEY_FILE_ENV = {"name": "SLURM_KEY_FILE", "value": "/etc/slurm-secret/slurm.key"
                 }
             },
             [{"name": "slurm-key", "secret": {"secretName": "k"}}, MUNGE_VOLUME],
-            [{"name": "munge-key", "mountPath": "/etc/munge-secret", "readOnly": True}],
-            ["SLURM_NODENAME", "SLURM_CONF_SERVER", "SLURMD_EXTRA_ARGS", "SLURM_KEY_FILE"],
+            [MUNGE_MOUNT],
+            [
+                "SLURM_NODENAME",
+                "SLURM_CONF_SERVER",
+                "MUNGE_KEY_FILE",
+                "SLURMD_EXTRA_ARGS",
+                "SLURM_KEY_FILE",
+            ],
+        ),
+        # A template's own key file variable (refused by the config) gives way to the bridge's.
+        (
+            "munge",
+            {
+                "spec": {
+                    "containers": [
+                        {"name": "slurmd", "env": [{"name": "MUNGE_KEY_FILE", "value": "/k"}]}
+                    ]
+                }
+            },
+            [MUNGE_VOLUME],
+            [MUNGE_MOUNT],
+            ["SLURM_NODENAME", "SLURM_CONF_SERVER", "MUNGE_KEY_FILE", "SLURMD_EXTRA_ARGS"],
         ),
     ],
 )
@@ -433,14 +529,28 @@ def test_the_pods_mount_the_key_of_the_clusters_auth(
     assert pod["spec"]["volumes"] == volumes
     assert container["volumeMounts"] == mounts
     assert [e["name"] for e in container["env"]] == env
-    if auth == "slurm":
-        assert KEY_FILE_ENV in container["env"]
+    assert (KEY_FILE_ENV if auth == "slurm" else MUNGE_KEY_FILE_ENV) in container["env"]
 
 
 @pytest.mark.parametrize(
     ("auth", "template", "problems"),
     [
         ("munge", {"spec": {"volumes": [{"name": "slurm-key"}]}}, []),
+        # Under munge a pool may still opt into auth/slurm itself: SLURM_KEY_FILE is its own.
+        ("munge", {"spec": {"containers": [{"name": "slurmd", "env": [KEY_FILE_ENV]}]}}, []),
+        (
+            "munge",
+            {"spec": {"containers": [{"name": "slurmd", "env": [MUNGE_KEY_FILE_ENV]}]}},
+            [
+                (
+                    ("spec", "containers", 0, "env", 0, "name"),
+                    "MUNGE_KEY_FILE is set by the bridge with slurm.auth: munge",
+                )
+            ],
+        ),
+        # Another container may use the name: the bridge owns only slurmd's.
+        ("munge", {"spec": {"containers": [{"name": "log", "env": [MUNGE_KEY_FILE_ENV]}]}}, []),
+        ("slurm", {"spec": {"containers": [{"name": "slurmd", "env": [MUNGE_KEY_FILE_ENV]}]}}, []),
         (
             "slurm",
             {"spec": {"volumes": [{"name": "scratch"}, {"name": "slurm-key"}]}},
@@ -478,10 +588,198 @@ def test_the_pods_mount_the_key_of_the_clusters_auth(
             ],
         ),
         ("slurm", {}, []),
+        ("munge", {"spec": {"containers": "x", "volumes": {}}}, []),
     ],
 )
 def test_auth_template_problems(auth: str, template: dict[str, Any], problems: list[Any]) -> None:
     assert auth_template_problems(template, auth) == problems
+
+
+KEY_SECRETS = ("slurm-munge-key", "slurm-key")
+MOUNTED = "mounts the key Secret {}; only the bridge mounts it, into slurmd alone"
+READ = "reads the key Secret {}; only the bridge mounts it, into slurmd alone"
+IN_SLURMD_ONLY = "{!r} is the key's volume: only the slurmd container mounts it"
+
+
+def _containers(kind: str, *containers: dict[str, Any]) -> dict[str, Any]:
+    return {"spec": {kind: list(containers)}}
+
+
+@pytest.mark.parametrize(
+    ("template", "problems"),
+    [
+        pytest.param({}, [], id="empty"),
+        pytest.param(FULL_TEMPLATE, [], id="full-template"),
+        pytest.param({"spec": None}, [], id="spec-null"),
+        # (a) A volume of a key Secret, plain or projected.
+        pytest.param(
+            {"spec": {"volumes": [{"name": "k", "secret": {"secretName": "slurm-munge-key"}}]}},
+            [(("spec", "volumes", 0, "secret", "secretName"), MOUNTED.format("slurm-munge-key"))],
+            id="volume-of-the-munge-secret",
+        ),
+        pytest.param(
+            {
+                "spec": {
+                    "volumes": [
+                        {"name": "scratch", "emptyDir": {}},
+                        {"name": "k", "secret": {"secretName": "slurm-key", "defaultMode": 0o400}},
+                    ]
+                }
+            },
+            [(("spec", "volumes", 1, "secret", "secretName"), MOUNTED.format("slurm-key"))],
+            id="volume-of-the-slurm-key-secret",
+        ),
+        pytest.param(
+            {
+                "spec": {
+                    "volumes": [
+                        {
+                            "name": "all",
+                            "projected": {
+                                "sources": [
+                                    {"configMap": {"name": "slurm-conf"}},
+                                    {"secret": {"name": "slurm-key"}},
+                                ]
+                            },
+                        }
+                    ]
+                }
+            },
+            [
+                (
+                    ("spec", "volumes", 0, "projected", "sources", 1, "secret", "name"),
+                    MOUNTED.format("slurm-key"),
+                )
+            ],
+            id="projected-key-secret",
+        ),
+        pytest.param(
+            {
+                "spec": {
+                    "volumes": [
+                        {"name": "tls", "secret": {"secretName": "site-tls"}},
+                        {"name": "p", "projected": {"sources": [{"secret": {"name": "site-tls"}}]}},
+                        {"name": "odd", "secret": {"secretName": ["slurm-key"]}},
+                        {"name": "odd2", "projected": {"sources": "slurm-key"}},
+                    ]
+                }
+            },
+            [],
+            id="other-secrets-and-odd-shapes:accepted",
+        ),
+        # (b) The bridge's key volumes in any container but slurmd.
+        pytest.param(
+            _containers(
+                "containers",
+                {"name": "slurmd", "volumeMounts": [{"name": "munge-key", "mountPath": "/k"}]},
+                {"name": "log", "volumeMounts": [{"name": "munge-key", "mountPath": "/k"}]},
+            ),
+            [
+                (
+                    ("spec", "containers", 1, "volumeMounts", 0, "name"),
+                    IN_SLURMD_ONLY.format("munge-key"),
+                )
+            ],
+            id="sidecar-mounts-munge-key",
+        ),
+        pytest.param(
+            _containers(
+                "initContainers",
+                {"name": "prep", "volumeMounts": [{"name": "scratch"}, {"name": "slurm-key"}]},
+            ),
+            [
+                (
+                    ("spec", "initContainers", 0, "volumeMounts", 1, "name"),
+                    IN_SLURMD_ONLY.format("slurm-key"),
+                )
+            ],
+            id="init-container-mounts-slurm-key",
+        ),
+        # An init container named slurmd is not the slurmd container.
+        pytest.param(
+            _containers(
+                "initContainers", {"name": "slurmd", "volumeMounts": [{"name": "munge-key"}]}
+            ),
+            [
+                (
+                    ("spec", "initContainers", 0, "volumeMounts", 0, "name"),
+                    IN_SLURMD_ONLY.format("munge-key"),
+                )
+            ],
+            id="init-container-named-slurmd",
+        ),
+        pytest.param(
+            _containers(
+                "containers",
+                {"name": "log", "volumeMounts": [{"name": "scratch"}, {"name": ["munge-key"]}]},
+            ),
+            [],
+            id="sidecar-other-mounts:accepted",
+        ),
+        # (c) A key Secret in env or envFrom, in any container (slurmd's too).
+        pytest.param(
+            _containers(
+                "containers",
+                {
+                    "name": "slurmd",
+                    "env": [
+                        {"name": "TZ", "value": "UTC"},
+                        {
+                            "name": "KEY",
+                            "valueFrom": {
+                                "secretKeyRef": {"name": "slurm-munge-key", "key": "munge.key"}
+                            },
+                        },
+                    ],
+                },
+            ),
+            [
+                (
+                    ("spec", "containers", 0, "env", 1, "valueFrom", "secretKeyRef", "name"),
+                    READ.format("slurm-munge-key"),
+                )
+            ],
+            id="slurmd-env-from-the-munge-secret",
+        ),
+        pytest.param(
+            _containers(
+                "initContainers",
+                {"name": "prep", "envFrom": [{"configMapRef": {"name": "c"}}]},
+                {"name": "prep2", "envFrom": [{"secretRef": {"name": "slurm-key"}}]},
+            ),
+            [
+                (
+                    ("spec", "initContainers", 1, "envFrom", 0, "secretRef", "name"),
+                    READ.format("slurm-key"),
+                )
+            ],
+            id="init-container-env-from-the-slurm-key-secret",
+        ),
+        pytest.param(
+            _containers(
+                "containers",
+                {
+                    "name": "log",
+                    "env": [
+                        {"name": "T", "valueFrom": {"secretKeyRef": {"name": "site-token"}}},
+                        {"name": "P", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                        {"name": "Q", "valueFrom": None},
+                    ],
+                    "envFrom": [{"secretRef": {"name": "site-env"}}, "x"],
+                },
+            ),
+            [],
+            id="other-secrets-in-env:accepted",
+        ),
+        pytest.param(
+            {"spec": {"containers": [None, "x"], "initContainers": {}, "volumes": [None]}},
+            [],
+            id="odd-shapes:template_problems-tells",
+        ),
+    ],
+)
+def test_key_template_problems(template: dict[str, Any], problems: list[Any]) -> None:
+    assert key_template_problems(template, KEY_SECRETS) == problems
 
 
 def _changed_pool(change: str) -> NodePool:
@@ -518,17 +816,19 @@ def test_template_hash_follows_what_the_pool_puts_into_the_pod(
 
 def test_template_hash_is_short_stable_and_the_same_for_every_node() -> None:
     pool = pool_with({})
-    # Pinned: the hash must not depend on the process (no hash(), no dict order).
-    assert pool_template_hash(pool, SETTINGS) == "b7260f7e67"
+    # Pinned: the hash must not depend on the process (no hash(), no dict order). It changes
+    # with what the bridge puts into every pod (last: the unprivileged slurmd, the key's place).
+    pinned = "ebd658e535"
+    assert pool_template_hash(pool, SETTINGS) == pinned
     hashes = {
         render_pod(pool, node, SETTINGS)["metadata"]["labels"][LABEL_TEMPLATE_HASH]
         for node in pool.node_names
     }
-    assert hashes == {"b7260f7e67"}
+    assert hashes == {pinned}
     bigger = NodePool.create(
         name="cpu", nodes="cpu-[0-3]", cpus=4, real_memory_mb=1024, image="localhost/slurmd:dev"
     )
-    assert pool_template_hash(bigger, SETTINGS) != "b7260f7e67"
+    assert pool_template_hash(bigger, SETTINGS) != pinned
 
 
 def test_a_template_may_not_set_the_template_hash_label() -> None:

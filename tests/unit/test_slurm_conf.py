@@ -58,6 +58,14 @@ ResumeFailProgram=/usr/libexec/slurm-k8s-bridge/resume-fail
 TIMES = "SuspendTime=300 SuspendTimeout=30 ResumeTimeout=600"
 
 
+def root_jobs(*partitions: str) -> str:
+    """The comment recommending DisableRootJobs=YES for ``partitions``."""
+    return (
+        f"# Recommended for {', '.join(partitions)}: DisableRootJobs=YES (partition_options).\n"
+        "# A job that runs as root in a slurmd pod can read the node's key and forge any uid.\n"
+    )
+
+
 def pool(name: str, nodes: str, **kw: Any) -> NodePool:
     args: dict[str, Any] = {"cpus": 2, "real_memory_mb": 1024, "image": "i"} | kw
     return NodePool.create(name=name, nodes=nodes, **args)
@@ -80,6 +88,7 @@ NodeName=cpu-[0-15] CPUs=2 RealMemory=1024 State=CLOUD
 NodeName=big-[0-3] CPUs=4 RealMemory=4096 State=CLOUD
 
 # Partitions: power-save timing for the bridge's nodes only.
+{root_jobs("cpu", "big")}\
 PartitionName=cpu Nodes=cpu-[0-15] MaxTime=INFINITE State=UP {TIMES}
 PartitionName=big Nodes=big-[0-3] MaxTime=INFINITE State=UP {TIMES}
 """,
@@ -109,7 +118,7 @@ PartitionName=big Nodes=big-[0-3] MaxTime=INFINITE State=UP {TIMES}
                 "write_list_globals": True,
             },
             header("22.05")
-            + """\
+            + f"""\
 SlurmctldParameters=max_dbd_msg_action=discard,idle_on_node_suspend,cloud_reg_addrs,\
 enable_configless
 GresTypes=mps,gpu,shard
@@ -128,6 +137,7 @@ NodeName=cpu-[0-3] CPUs=2 RealMemory=1024 Features=x86,avx2 Weight=5 State=CLOUD
 NodeName=gpu-[0-1] CPUs=2 RealMemory=1024 Gres=gpu:tesla:2,shard:4 State=CLOUD
 
 # Partitions: power-save timing for the bridge's nodes only.
+{root_jobs("cpu")}\
 PartitionName=cpu Nodes=cpu-[0-3],gpu-[0-1] Default=YES MaxTime=INFINITE State=UP \
 SuspendTime=20 SuspendTimeout=10 ResumeTimeout=600
 """,
@@ -155,6 +165,7 @@ SuspendTime=20 SuspendTimeout=10 ResumeTimeout=600
 NodeName=gpu-[0-1] CPUs=2 RealMemory=1024 Gres=gpu:tesla:2,shard:4 State=CLOUD
 
 # Partitions: power-save timing for the bridge's nodes only.
+{root_jobs("gpu")}\
 PartitionName=gpu Nodes=gpu-[0-1] MaxTime=INFINITE State=UP {TIMES}
 """,
         ),
@@ -366,6 +377,49 @@ def test_pools_pass_topology_and_partition_options_through(
     text = render_slurm_conf(PoolSet((pool("cpu", "cpu-[0-15]", **options),)), **HOOKS)
     assert f"NodeName=cpu-[0-15] {node_words}\n" in text
     assert f"PartitionName=cpu {partition_words} {TIMES}\n" in text
+
+
+@pytest.mark.parametrize(
+    ("pools", "advice"),
+    [
+        pytest.param(TWO_POOLS, root_jobs("cpu", "big"), id="none-set:both"),
+        pytest.param(
+            [
+                pool("cpu", "cpu-[0-3]", partition_options={"DisableRootJobs": True}),
+                pool("big", "big-[0-3]"),
+            ],
+            root_jobs("big"),
+            id="one-set:the-other",
+        ),
+        # NO is a choice too (the proving ground's tests submit root jobs).
+        pytest.param(
+            [
+                pool("cpu", "cpu-[0-3]", partition_options={"disablerootjobs": "YES"}),
+                pool("big", "big-[0-3]", partition_options={"DisableRootJobs": "NO"}),
+            ],
+            "",
+            id="all-set:none",
+        ),
+        # Pools sharing a partition give the same options: one line for it.
+        pytest.param(
+            [pool("cpu", "cpu-[0-3]"), pool("gpu", "gpu-[0-1]", partition="cpu")],
+            root_jobs("cpu"),
+            id="shared-partition:once",
+        ),
+    ],
+)
+def test_the_render_recommends_disable_root_jobs_where_no_pool_chose(
+    pools: list[NodePool], advice: str
+) -> None:
+    """A job that runs as root in a slurmd pod can read the node's key (issue 31 item 3): the
+    render recommends DisableRootJobs=YES, and never sets it itself."""
+    text = render_slurm_conf(PoolSet(tuple(pools)), **HOOKS)
+    partitions = text.split("# Partitions: power-save timing for the bridge's nodes only.\n")[1]
+    assert partitions.split("PartitionName=")[0] == advice
+    # Written only where a pool's partition_options give it.
+    chosen = {p.partition for p in pools if "DisableRootJobs" in dict(p.partition_options)}
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    assert sum("DisableRootJobs=" in line for line in lines) == len(chosen)
 
 
 def test_an_include_sets_no_list_global_whatever_the_site_has() -> None:
