@@ -130,6 +130,12 @@ def _request_id(given: str) -> tuple[str, InvalidInput | None]:
     )
 
 
+#: ``bridge.tls_client_names: ["*"]``: any client certificate the client CA signed.
+ANY_CLIENT = "*"
+#: The peer properties gRPC fills from a client certificate's DNS and URI subjectAltNames.
+_PINNED_SAN_KINDS = ("peer_dns", "peer_uri")
+
+
 class BridgeServicer(pb_grpc.BridgeServicer):
     """Implements ``slurm_k8s_bridge.v1.Bridge`` on top of a :class:`BridgeUseCases`."""
 
@@ -137,25 +143,27 @@ class BridgeServicer(pb_grpc.BridgeServicer):
         self, use_cases: BridgeUseCases, *, allowed_client_names: frozenset[str] = frozenset()
     ) -> None:
         self._use_cases = use_cases
-        #: Over TCP: the client certificate's CN or a SAN must be one of these (empty: any
-        #: certificate the client CA signed). Unix socket callers are checked by the peer gate.
+        #: Over TCP: a DNS or URI subjectAltName of the client certificate must be one of these
+        #: (``*``: any certificate the client CA signed; the config requires the list with TLS).
+        #: Unix socket callers are checked by the peer gate.
         self._allowed_client_names = allowed_client_names
 
     def _check_caller(self, context: grpc.ServicerContext) -> None:
-        if not self._allowed_client_names:
+        if not self._allowed_client_names or ANY_CLIENT in self._allowed_client_names:
             return
         # grpc-stubs types the values as bytes; grpcio gives lists of bytes.
         auth: dict[str, list[bytes]] = dict(context.auth_context())  # type: ignore[arg-type]
         if auth.get("transport_security_type") != [b"ssl"]:
             return  # the Unix socket: the peer gate decided already
+        # DNS and URI SANs only: not the CN (RFC 6125 left it behind, and a CA may put anything
+        # there), nor email or IP SANs, which a CA signs for other purposes.
         names = {
-            v.decode("utf-8", "replace")
-            for key in ("x509_common_name", "x509_subject_alternative_name")
-            for v in auth.get(key, ())
+            v.decode("utf-8", "replace") for key in _PINNED_SAN_KINDS for v in auth.get(key, ())
         }
         if not names & self._allowed_client_names:
             raise CallerNotAllowed(
-                f"client certificate {sorted(names)} is not in bridge.tls_client_names"
+                f"client certificate (DNS/URI SANs {sorted(names)}) is not in "
+                "bridge.tls_client_names"
             )
 
     def ResumeNodes(  # noqa: N802 (gRPC method name)

@@ -163,6 +163,16 @@ class BridgeSection(BaseModel):
             )
         if given and self.tcp_listen is None:
             raise FieldProblem("TLS applies only to tcp_listen, which is not set", (given[0],))
+        if given and not self.tls_client_names:
+            # A site CA signs many hosts' certificates: each of them could call the bridge.
+            raise FieldProblem(
+                "mutual TLS needs the client certificates' names (their DNS or URI "
+                'subjectAltNames, e.g. [slurmctld.example.org]); ["*"] accepts any '
+                "certificate tls_client_ca signed",
+                ("tls_client_names",)
+                if "tls_client_names" in self.model_fields_set
+                else (given[0],),
+            )
         if self.tcp_listen is not None and not given and not rules.is_loopback(self.tcp_listen):
             # Anyone who reaches the port could create and delete pods: require client certificates.
             raise FieldProblem(

@@ -27,9 +27,13 @@ def _make_cert(d: Path, name: str, ca: str, san: str) -> None:
 
 def write_pki(d: Path) -> None:
     """``NAME.pem`` and ``NAME.key`` in ``d``: CAs ``ca`` and ``otherca``; ``server``
-    (127.0.0.1, localhost) and ``client`` (slurmctld) signed by ``ca``; ``rogue`` by ``otherca``."""
+    (127.0.0.1, localhost), ``client`` (DNS slurmctld), ``mailer`` (email slurmctld) and
+    ``workload`` (URI spiffe://hpc.example/slurmctld) signed by ``ca``; ``rogue`` by
+    ``otherca``."""
     _make_ca(d, "ca")
     _make_ca(d, "otherca")
     _make_cert(d, "server", "ca", "IP:127.0.0.1,DNS:localhost")
     _make_cert(d, "client", "ca", "DNS:slurmctld")
+    _make_cert(d, "mailer", "ca", "email:slurmctld")
+    _make_cert(d, "workload", "ca", "URI:spiffe://hpc.example/slurmctld")
     _make_cert(d, "rogue", "otherca", "DNS:rogue")

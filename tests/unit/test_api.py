@@ -519,16 +519,19 @@ def test_mtls_rejects_a_client_without_certificate(
 
 
 @pytest.mark.parametrize(
-    ("allowed", "served"),
+    ("cert", "allowed", "served"),
     [
-        (frozenset(), True),  # no pinning: any certificate of the client CA
-        (frozenset({"slurmctld"}), True),  # the client's SAN
-        (frozenset({"client"}), True),  # the client's CN
-        (frozenset({"login-node", "other"}), False),
+        ("client", frozenset({"*"}), True),  # any certificate of the client CA, said so
+        ("client", frozenset({"slurmctld"}), True),  # the client's DNS SAN
+        ("client", frozenset({"client"}), False),  # its CN is no name to pin
+        ("client", frozenset({"login-node", "other"}), False),
+        ("mailer", frozenset({"slurmctld"}), False),  # an email SAN is not a host's name
+        ("workload", frozenset({"spiffe://hpc.example/slurmctld"}), True),  # a URI SAN
+        ("workload", frozenset({"slurmctld"}), False),
     ],
 )
 def test_mtls_pinned_client_names(
-    fake: FakeUseCases, pki: Path, allowed: frozenset[str], served: bool
+    fake: FakeUseCases, pki: Path, cert: str, allowed: frozenset[str], served: bool
 ) -> None:
     srv = build_server(
         fake,
@@ -538,7 +541,7 @@ def test_mtls_pinned_client_names(
         allowed_client_names=allowed,
     )
     srv.start()
-    tls = TlsFiles(str(pki / "client.pem"), str(pki / "client.key"), str(pki / "ca.pem"))
+    tls = TlsFiles(str(pki / f"{cert}.pem"), str(pki / f"{cert}.key"), str(pki / "ca.pem"))
     try:
         with BridgeClient(f"127.0.0.1:{srv.tcp_port}", tls=tls, timeout_s=5.0) as c:
             if served:

@@ -364,6 +364,26 @@ def named(text: str) -> str:
             "bridge.yaml:10: bridge.tls_cert: TLS applies only to tcp_listen, which is not set",
         ),
         (
+            named(
+                HEAD
+                + POOL
+                + "bridge:\n  tcp_listen: 0.0.0.0:7000\n  tls_cert: /c\n  tls_key: /k\n  tls_client_ca: /ca\n"
+            ),
+            "bridge.yaml:11: bridge.tls_cert: mutual TLS needs the client certificates' names "
+            '(their DNS or URI subjectAltNames, e.g. [slurmctld.example.org]); ["*"] accepts any '
+            "certificate tls_client_ca signed",
+        ),
+        (
+            named(
+                HEAD
+                + POOL
+                + "bridge:\n  tcp_listen: 0.0.0.0:7000\n  tls_cert: /c\n  tls_key: /k\n  tls_client_ca: /ca\n  tls_client_names: []\n"
+            ),
+            "bridge.yaml:14: bridge.tls_client_names: mutual TLS needs the client certificates' "
+            'names (their DNS or URI subjectAltNames, e.g. [slurmctld.example.org]); ["*"] '
+            "accepts any certificate tls_client_ca signed",
+        ),
+        (
             named(HEAD + POOL + "bridge:\n  tcp_listen: 7000\n"),
             "bridge.yaml:10: bridge.tcp_listen: must be a string, got 7000",
         ),
