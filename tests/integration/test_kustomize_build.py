@@ -97,8 +97,9 @@ def test_overlay_builds(
 )
 def test_namespace_builds(build_cache: ProvingGround, kustomization: str, namespace: str) -> None:
     """The administrator's part: the Namespace with Pod Security labels (privileged enforced:
-    hostPath volumes, and pools that confine jobs with cgroups; audited against baseline) and the guard's allow-lists, the guard, and
-    the cluster-scoped read of nodes (which are cordoned) bound to this namespace's bridge."""
+    hostPath volumes, and pools that confine jobs with cgroups; audited against baseline) and
+    the guard's allow-lists, the guard, and the cluster-scoped read of nodes (which are
+    cordoned) bound to this namespace's bridge."""
     docs = build(build_cache, kustomization)
     assert {d["kind"] for d in docs} == {
         "Namespace",

@@ -117,6 +117,10 @@ POOL = """\
     image: img
 """
 HEAD = "slurm:\n  conf_server: ctl:6817\npools:\n"  # lines 1-3; POOL starts on line 4
+#: A bridge section with a TCP listener and mutual TLS (lines 10-14 after HEAD and POOL).
+MUTUAL_TLS = (
+    "bridge:\n  tcp_listen: 0.0.0.0:7000\n  tls_cert: /c\n  tls_key: /k\n  tls_client_ca: /ca\n"
+)
 
 CLUSTER_NAME_REQUIRED = (
     "cluster_name: required: the name this bridge's pods are labelled with, one per bridge in "
@@ -364,21 +368,13 @@ def named(text: str) -> str:
             "bridge.yaml:10: bridge.tls_cert: TLS applies only to tcp_listen, which is not set",
         ),
         (
-            named(
-                HEAD
-                + POOL
-                + "bridge:\n  tcp_listen: 0.0.0.0:7000\n  tls_cert: /c\n  tls_key: /k\n  tls_client_ca: /ca\n"
-            ),
+            named(HEAD + POOL + MUTUAL_TLS),
             "bridge.yaml:11: bridge.tls_cert: mutual TLS needs the client certificates' names "
             '(their DNS or URI subjectAltNames, e.g. [slurmctld.example.org]); ["*"] accepts any '
             "certificate tls_client_ca signed",
         ),
         (
-            named(
-                HEAD
-                + POOL
-                + "bridge:\n  tcp_listen: 0.0.0.0:7000\n  tls_cert: /c\n  tls_key: /k\n  tls_client_ca: /ca\n  tls_client_names: []\n"
-            ),
+            named(HEAD + POOL + MUTUAL_TLS + "  tls_client_names: []\n"),
             "bridge.yaml:14: bridge.tls_client_names: mutual TLS needs the client certificates' "
             'names (their DNS or URI subjectAltNames, e.g. [slurmctld.example.org]); ["*"] '
             "accepts any certificate tls_client_ca signed",
