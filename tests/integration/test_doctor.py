@@ -123,7 +123,15 @@ def test_doctor_cannot_tell_about_a_secret_the_bridge_may_not_read(
     that may read it still gets the 404: test_doctor_fails_naming_create_pods.)"""
     key = "SLURM_KEY_SECRET" if ground_role.auth == "slurm" else "MUNGE_KEY_SECRET"
     result = doctor(ground_role, **{f"SKB_SLURM_{key}": "skb-no-such-key"})
-    assert result.returncode == 0, result.stdout  # a warning, not a failure
+    # Not a failure of the secret check: a warning. The pods' dry runs do fail, each naming the
+    # admission guard's Secret allow-list, which does not list it.
+    assert result.returncode == 1, result.stdout
+    failures = lines(result, "FAIL")
+    assert failures, result.stdout
+    for failure in failures:
+        assert "slurm-k8s-bridge.io/allowed-secrets of namespace slurm): skb-no-such-key" in (
+            failure
+        ), failure
     (line,) = [x for x in result.stdout.splitlines() if "secret skb-no-such-key" in x]
     assert line.startswith(
         "WARN  secret skb-no-such-key: cannot tell whether Secret skb-no-such-key exists in "
