@@ -8,6 +8,7 @@
     ├── BridgeStopping         the bridge is shutting down and takes no new work (UNAVAILABLE)
     └── BackendError           a Slurm or Kubernetes call failed
         ├── TransientBackendError   worth retrying (connection, 5xx, 429, timeouts)
+        │   └── NotLeader           another bridge holds the Lease: this one writes nothing
         ├── NoCapacity              Kubernetes cannot place the pod (quota, unschedulable)
         ├── Conflict                the object exists and is not ours
         ├── Forbidden               RBAC said no
@@ -50,6 +51,11 @@ class BackendError(BridgeError):
 
 class TransientBackendError(BackendError):
     """A failure that may succeed when retried (connection refused, 5xx, 429, timeout)."""
+
+
+class NotLeader(TransientBackendError):
+    """Leader election is on and this bridge does not hold the Lease (or could not renew it in
+    time): it writes nothing to Kubernetes or Slurm; a caller retries, reaching the leader."""
 
 
 class NoCapacity(BackendError):

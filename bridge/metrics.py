@@ -31,6 +31,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
+from bridge.domain.leadership import LeaderState
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.pods import PodView
 from bridge.domain.reason import Reason
@@ -151,6 +152,22 @@ class BridgeMetrics:
             ["part"],
             registry=r,
         )
+        self.leader = Gauge(
+            PREFIX + "leader",
+            "1 while this bridge leads (holds the Lease, renewed in time; always 1 without "
+            "leader election); 0 while it follows and writes nothing",
+            registry=r,
+        )
+        self.leader_since = Gauge(
+            PREFIX + "leader_since_seconds",
+            "When the current leader took the Lease (its acquireTime), Unix seconds",
+            registry=r,
+        )
+        self.lease_transitions = Gauge(
+            PREFIX + "lease_transitions",
+            "Failovers so far: the Lease's leaseTransitions, as this bridge last read it",
+            registry=r,
+        )
         for stage in STAGES:  # every stage is a series from the start, zero until observed
             self.resume_latency.labels(stage)
         for part in POD_STATE_PARTS:  # "none yet" reads 0, not absent
@@ -214,6 +231,12 @@ class BridgeMetrics:
         self.resume_latency.labels(stage).observe(max(t - pending.start, 0.0))
 
     # -- reconcile -------------------------------------------------------------------------------
+
+    def leadership(self, state: LeaderState) -> None:
+        """Set the leader gauges from the election's latest view."""
+        self.leader.set(1 if state.leading else 0)
+        self.leader_since.set(state.since.timestamp() if state.since is not None else 0)
+        self.lease_transitions.set(state.transitions)
 
     def reconcile_pass(self, seconds: float, actions: Iterable[object]) -> None:
         """One pass took ``seconds`` and carried out ``actions`` (counted by their type)."""

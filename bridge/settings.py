@@ -6,6 +6,7 @@ standard library only, because slurmctld's hooks import it (for the socket path)
 
 from __future__ import annotations
 
+import os
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -65,6 +66,23 @@ class KubernetesSettings:
     #: Headless Service (deploy/kustomize/base) whose domain names every pod; "" for none.
     node_service: str = "slurm-nodes"
     cluster_domain: str = "cluster.local"
+    #: Two bridges (beside a primary and a backup slurmctld) elect one on a Lease; off for one.
+    leader_election: bool = False
+    #: The Lease's name; "": ``slurm-k8s-bridge-<cluster_name>``.
+    lease_name: str = ""
+    #: This bridge's name in the Lease; "": the host's name. Stable across restarts, so a
+    #: restarted leader takes its Lease back at once; different for each bridge.
+    leader_identity: str = ""
+    #: How long a Lease holds without renewal; the leader stops writing after two thirds of it.
+    lease_duration_s: int = 15
+    #: How often each bridge reads (and the leader renews) the Lease.
+    lease_retry_s: float = 2.0
+
+    def lease(self, cluster_name: str) -> str:
+        return self.lease_name or f"slurm-k8s-bridge-{cluster_name}"
+
+    def identity(self) -> str:
+        return self.leader_identity or os.uname().nodename
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import grpc
 
 from bridge.api.log_fields import printable
 from bridge.domain.circuit import PoolBreakerStatus
+from bridge.domain.leadership import LeaderState
 from bridge.domain.results import NodeResult, NodeStatus, Outcome
 from bridge.errors import (
     BackendError,
@@ -36,6 +37,7 @@ from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
 from bridge.rpc.wire import (
     ERROR_METADATA_KEY,
     breaker_to_pb,
+    leadership_to_pb,
     node_event_kind_from_pb,
     result_to_pb,
     status_to_pb,
@@ -136,13 +138,39 @@ ANY_CLIENT = "*"
 _PINNED_SAN_KINDS = ("peer_dns", "peer_uri")
 
 
+class Leader(Protocol):
+    """Leader election as the RPCs see it (``bridge.runtime.leadership.Leadership``)."""
+
+    def check(self, what: str) -> None:
+        """Raise NotLeader unless this bridge leads."""
+        ...
+
+    def state(self) -> LeaderState: ...
+
+
+class NoElection:
+    """Leader election off: this bridge always acts."""
+
+    def check(self, what: str) -> None:
+        return None
+
+    def state(self) -> LeaderState:
+        return LeaderState(enabled=False)
+
+
 class BridgeServicer(pb_grpc.BridgeServicer):
     """Implements ``slurm_k8s_bridge.v1.Bridge`` on top of a :class:`BridgeUseCases`."""
 
     def __init__(
-        self, use_cases: BridgeUseCases, *, allowed_client_names: frozenset[str] = frozenset()
+        self,
+        use_cases: BridgeUseCases,
+        *,
+        allowed_client_names: frozenset[str] = frozenset(),
+        leader: Leader | None = None,
     ) -> None:
         self._use_cases = use_cases
+        #: A follower takes no mutating call: UNAVAILABLE, so the hook tries the next bridge.
+        self._leader = leader or NoElection()
         #: Over TCP: a DNS or URI subjectAltName of the client certificate must be one of these
         #: (``*``: any certificate the client CA signed; the config requires the list with TLS).
         #: Unix socket callers are checked by the peer gate.
@@ -275,7 +303,10 @@ class BridgeServicer(pb_grpc.BridgeServicer):
             sum(p.state == "open" for p in pools),
             (time.monotonic() - start) * 1000,
         )
-        return pb.ListPoolsResponse(pools=[breaker_to_pb(p) for p in pools])
+        return pb.ListPoolsResponse(
+            pools=[breaker_to_pb(p) for p in pools],
+            leadership=leadership_to_pb(self._leader.state()),
+        )
 
     def ResumePool(  # noqa: N802
         self, request: pb.ResumePoolRequest, context: grpc.ServicerContext
@@ -287,6 +318,7 @@ class BridgeServicer(pb_grpc.BridgeServicer):
             self._check_caller(context)
             if bad_id is not None:
                 raise bad_id
+            self._leader.check("ResumePool")
             if not request.pool.strip():
                 raise InvalidInput("pool: required, got an empty string")
             pool, was_paused = self._use_cases.resume_pool(request.pool, rid)
@@ -319,6 +351,7 @@ class BridgeServicer(pb_grpc.BridgeServicer):
             self._check_caller(context)
             if bad_id is not None:
                 raise bad_id
+            self._leader.check(rpc)
             if not hostlist.strip():
                 raise InvalidInput("hostlist: required, got an empty string")
             results = call(rid)

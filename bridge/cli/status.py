@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from bridge.cli.status_report import StatusOptions, iso_utc, render
 from bridge.domain.circuit import BreakerState
 from bridge.domain.hostlist import expand
+from bridge.domain.leadership import LeaderState
 from bridge.domain.nodes import SUFFIX_FLAGS, SlurmNode
 from bridge.domain.results import NodeStatus
 from bridge.domain.stuck import DEFAULT_AFTER, POD_PHASES, Sighting, track
@@ -280,16 +281,32 @@ def status_watch(
 
 
 def paused_pools_note(client: BridgeClient) -> str:
-    """One line per paused pool (``pool NAME paused until ...: reason``), or ""; a bridge that
-    cannot tell (older, no ListPools) is left out silently: the table is the answer."""
+    """One line per paused pool (``pool NAME paused until ...: reason``) and, with leader
+    election on, one saying who leads; "" when there is nothing to say. A bridge that cannot
+    tell (older, no ListPools) is left out silently: the table is the answer."""
     try:
-        pools = client.list_pools()
+        pools, leadership = client.pools_and_leadership()
     except BridgeError:
         return ""
-    return "\n".join(
+    lines = [
         f"pool {b.pool} paused until {iso_utc(b.paused_until)}: {b.last_reason or '-'}"
         for b in pools
         if b.state is BreakerState.OPEN and b.paused_until is not None
+    ]
+    return "\n".join([*lines, leadership_note(leadership)]).strip("\n")
+
+
+def leadership_note(state: LeaderState) -> str:
+    """``leader: b-host since 2026-...Z (this bridge, a-host, follows; lease NAME, 1
+    failover)``; "" when leader election is off."""
+    if not state.enabled:
+        return ""
+    since = f" since {iso_utc(state.since)}" if state.since is not None else ""
+    role = "leads" if state.leading else "follows and writes nothing"
+    failovers = f"{state.transitions} failover{'' if state.transitions == 1 else 's'}"
+    return (
+        f"leader: {state.leader or 'none'}{since} (this bridge, {state.identity}, {role}; "
+        f"lease {state.lease}, {failovers})"
     )
 
 

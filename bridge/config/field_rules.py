@@ -151,6 +151,30 @@ def seconds(*, positive: bool) -> BeforeValidator:
     return BeforeValidator(Rule(read, from_env))
 
 
+_TRUE = frozenset({"true", "yes", "on", "1"})
+_FALSE = frozenset({"false", "no", "off", "0"})
+
+
+def flag() -> BeforeValidator:
+    """true or false; from the environment also yes/no, on/off, 1/0."""
+
+    def read(value: Any) -> bool:
+        _not_null(value)
+        if not isinstance(value, bool):
+            raise FieldProblem(f"must be true or false, got {show(value)}")
+        return value
+
+    def from_env(text: str) -> Any:
+        lowered = text.strip().lower()
+        if lowered in _TRUE:
+            return True
+        if lowered in _FALSE:
+            return False
+        return text  # read() names it
+
+    return BeforeValidator(Rule(read, from_env))
+
+
 def octal_mode() -> BeforeValidator:
     """A file mode: an integer up to 0o777, or its octal spelling (``0660``, ``0o660``)."""
 
@@ -234,6 +258,10 @@ def slurm_auth(value: str) -> str | None:
     if value in (AUTH_MUNGE, AUTH_SLURM):
         return None
     return f"must be {AUTH_MUNGE} or {AUTH_SLURM} (auth/slurm, Slurm 23.11+), got {show(value)}"
+
+
+def optional_subdomain(value: str) -> str | None:
+    return None if value == "" else subdomain(value)
 
 
 def subdomain(value: str) -> str | None:

@@ -59,6 +59,26 @@ class KubernetesSection(BaseModel):
     cluster_domain: Annotated[str, rules.string(rules.subdomain)] = (
         KubernetesSettings.cluster_domain
     )
+    leader_election: Annotated[bool, rules.flag()] = KubernetesSettings.leader_election
+    lease_name: Annotated[str, rules.string(rules.optional_subdomain)] = (
+        KubernetesSettings.lease_name
+    )
+    leader_identity: Annotated[str, rules.string()] = KubernetesSettings.leader_identity
+    lease_duration_s: Annotated[int, rules.count(3600)] = KubernetesSettings.lease_duration_s
+    lease_retry_s: Annotated[float, rules.seconds(positive=True)] = KubernetesSettings.lease_retry_s
+
+    @model_validator(mode="after")
+    def _lease_is_renewed_in_time(self) -> Self:
+        # The leader stops writing at two thirds of the duration: it must try to renew several
+        # times before that.
+        if self.lease_retry_s * 3 > self.lease_duration_s * 2 / 3:
+            raise FieldProblem(
+                f"must be at most {self.lease_duration_s * 2 / 9:.3g}s with lease_duration_s "
+                f"{self.lease_duration_s}: the leader stops writing after two thirds of the "
+                "duration and must have tried to renew three times by then",
+                ("lease_retry_s",),
+            )
+        return self
 
 
 class SlurmSection(BaseModel):

@@ -19,6 +19,7 @@ from typing import TypeVar
 import grpc
 
 from bridge.domain.circuit import PoolBreakerStatus
+from bridge.domain.leadership import LeaderState
 from bridge.domain.results import NodeResult, NodeStatus
 from bridge.errors import BridgeError, CallerNotAllowed, InvalidInput, TransientBackendError
 from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
@@ -29,6 +30,7 @@ from bridge.rpc.wire import (
     NODE_EVENT_KIND_TO_PB,
     NODE_EVENT_KINDS,
     breaker_from_pb,
+    leadership_from_pb,
     result_from_pb,
     status_from_pb,
 )
@@ -169,9 +171,19 @@ class BridgeClient:
 
     def list_pools(self) -> list[PoolBreakerStatus]:
         """ListPools: every pool's circuit breaker, in configuration order."""
+        return self.pools_and_leadership()[0]
+
+    def pools_and_leadership(self) -> tuple[list[PoolBreakerStatus], LeaderState]:
+        """ListPools: the pools' breakers, and who leads as the bridge sees it (election off
+        for a bridge that does not say)."""
         req = pb.ListPoolsRequest()
         resp = self._call(lambda t: self._stub.ListPools(req, timeout=t))
-        return [breaker_from_pb(p) for p in resp.pools]
+        leadership = (
+            leadership_from_pb(resp.leadership)
+            if resp.HasField("leadership")
+            else LeaderState(enabled=False)
+        )
+        return [breaker_from_pb(p) for p in resp.pools], leadership
 
     def resume_pool(self, pool: str, request_id: str = "") -> tuple[PoolBreakerStatus, bool]:
         """ResumePool: close ``pool``'s circuit breaker; its state after, and whether it was

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC
 
 from bridge.domain.circuit import BreakerPolicy, BreakerState, PoolBreakerStatus
+from bridge.domain.leadership import LeaderState
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
 from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
@@ -154,4 +155,31 @@ def breaker_from_pb(b: pb.PoolBreaker) -> PoolBreakerStatus:
         recent_failures=b.recent_failures,
         paused_until=b.paused_until.ToDatetime(tzinfo=UTC) if b.HasField("paused_until") else None,
         last_reason=b.last_reason,
+    )
+
+
+def leadership_to_pb(state: LeaderState) -> pb.Leadership:
+    """Proto of a bridge's view of the election (``since`` left unset when unknown)."""
+    msg = pb.Leadership(
+        enabled=state.enabled,
+        identity=state.identity,
+        lease=state.lease,
+        leader=state.leader,
+        leading=state.leading,
+        transitions=state.transitions,
+    )
+    if state.since is not None:
+        msg.since.FromDatetime(state.since)
+    return msg
+
+
+def leadership_from_pb(msg: pb.Leadership) -> LeaderState:
+    return LeaderState(
+        enabled=msg.enabled,
+        identity=msg.identity,
+        lease=msg.lease,
+        leader=msg.leader,
+        leading=msg.leading,
+        since=msg.since.ToDatetime(tzinfo=UTC) if msg.HasField("since") else None,
+        transitions=msg.transitions,
     )

@@ -23,12 +23,16 @@ class Reconciler:
         min_gap_s: float = 0.3,
         *,
         before_pass: Callable[[], object] | None = None,
+        may_run: Callable[[], bool] = lambda: True,
     ) -> None:
         self.service = service
         self.interval_s = interval_s
         self.min_gap_s = min_gap_s
         #: Runs on this thread before every pass (the config reload), never during one.
         self.before_pass = before_pass
+        #: False while another bridge leads: a follower plans nothing (its writes would be
+        #: refused anyway, and its view may be stale).
+        self.may_run = may_run
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="reconcile", daemon=True)
@@ -53,6 +57,8 @@ class Reconciler:
             try:
                 if self.before_pass is not None:
                     self.before_pass()
+                if not self.may_run():
+                    continue
                 actions = self.service.reconcile_once()
                 if actions:
                     log.info("reconcile: %d action(s)", len(actions))

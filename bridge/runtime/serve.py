@@ -3,6 +3,7 @@ watcher, and run them until a signal."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -20,6 +21,8 @@ from bridge.domain.disruption_budget import render_disruption_budgets
 from bridge.errors import BridgeError, ConfigError
 from bridge.metrics import BridgeMetrics, MetricsServer
 from bridge.runtime.config_reload import ConfigReloader
+from bridge.runtime.fencing import FencedPods, FencedSlurm
+from bridge.runtime.leadership import Leadership
 from bridge.runtime.pod_cache import PodCache
 from bridge.runtime.pod_watcher import PodWatcher
 from bridge.runtime.reconciler import Reconciler
@@ -41,6 +44,8 @@ class Bridge:
     metrics_server: MetricsServer | None = None
     #: Reloads the configuration file (SIGHUP, or the file changed); None without a file.
     reloader: ConfigReloader | None = None
+    #: Leader election (``kubernetes.leader_election``); None when off.
+    leadership: Leadership | None = None
 
     def stop(self, grace_s: float = 5.0) -> None:
         self.server.stop(grace_s)  # type: ignore[attr-defined]
@@ -48,8 +53,11 @@ class Bridge:
             self.metrics_server.stop()
         self.watcher.stop()
         self.reconciler.stop()
-        # Before the gateway closes: accepted resumes still being created need it.
+        # Before the gateway closes: accepted resumes still being created need it (and the
+        # Lease: it is released only after them, so the next leader starts from their result).
         self.service.close(grace_s)
+        if self.leadership is not None:
+            self.leadership.stop(release=True)
         self.pods.close()
 
 
@@ -110,6 +118,36 @@ def ensure_disruption_budgets(config: BridgeConfig, pods: PodGateway) -> None:
         )
 
 
+def _always() -> bool:
+    return True
+
+
+def elect(config: BridgeConfig, pods: PodGateway, metrics: BridgeMetrics) -> Leadership:
+    """Leader election on the configured Lease (its ``on_started`` is :func:`take_lead`, set
+    once the reconciler exists)."""
+    k8s = config.kubernetes
+    return Leadership(
+        pods.lease(k8s.lease(config.cluster_name)),
+        k8s.identity(),
+        duration_s=k8s.lease_duration_s,
+        retry_s=k8s.lease_retry_s,
+        observer=metrics.leadership,
+    )
+
+
+def take_lead(
+    config: BridgeConfig, pods: PodGateway, cache: PodCache, reconciler: Reconciler
+) -> None:
+    """On taking the lead the bridge re-reads everything before it acts: a fresh list of its pods
+    replaces the watch's cache (a leader resumed after a pause must not act on the view it had
+    before), the pools' disruption budgets are ensured, and a pass is poked (passes read Slurm
+    afresh)."""
+    listed, version = pods.list_pods()
+    cache.replace(listed, version)
+    ensure_disruption_budgets(config, pods)
+    reconciler.poke()
+
+
 def start(config: BridgeConfig) -> Bridge:
     """Connect the adapters, start the gRPC server, the metrics endpoint (when
     ``bridge.metrics_address`` is set), the watch and the reconcile loop."""
@@ -132,12 +170,23 @@ def start(config: BridgeConfig) -> Bridge:
     log_slurm_version(slurm, config.slurm.bin_dir)
     # Reconcile and status read the watch's cache; the watcher below fills it.
     cache = PodCache()
-    service = BridgeService(config, slurm, pods, pod_views=cache, metrics=metrics, cordons=pods)
+    leadership = elect(config, pods, metrics) if config.kubernetes.leader_election else None
+    leading = leadership.leading if leadership is not None else _always
+    service = BridgeService(
+        config,
+        FencedSlurm(slurm, leadership.check) if leadership is not None else slurm,
+        FencedPods(pods, leadership.check) if leadership is not None else pods,
+        pod_views=cache,
+        metrics=metrics,
+        cordons=pods,
+    )
     reloader = (
         ConfigReloader(
             service,
             config.source,
-            on_pools_changed=lambda new: ensure_disruption_budgets(new, pods),
+            on_pools_changed=lambda new: (
+                ensure_disruption_budgets(new, pods) if leading() else None
+            ),
         )
         if config.source
         else None
@@ -146,6 +195,7 @@ def start(config: BridgeConfig) -> Bridge:
         service,
         config.bridge.reconcile_interval_s,
         before_pass=reloader.reload_if_due if reloader is not None else None,
+        may_run=leading,
     )
     tls = None
     if config.bridge.tls_cert and config.bridge.tls_key and config.bridge.tls_client_ca:
@@ -167,12 +217,19 @@ def start(config: BridgeConfig) -> Bridge:
         tcp_listen=config.bridge.tcp_listen,
         tls=tls,
         metrics=metrics,
+        leader=leadership,
     )
     server.start()
     watcher = PodWatcher(pods, reconciler, cache=cache, metrics=metrics)
-    ensure_disruption_budgets(config, pods)  # before the first pass, which may drain nodes
+    if leadership is None:
+        metrics.leader.set(1)
+        ensure_disruption_budgets(config, pods)  # before the first pass, which may drain nodes
     reconciler.start()
     watcher.start()
+    if leadership is not None:
+        # The budgets and the first pass follow when it leads.
+        leadership.on_started = functools.partial(take_lead, config, pods, cache, reconciler)
+        leadership.start()
     reconciler.poke()  # converge at once after a (re)start
     log.info(
         "bridge serving on %s%s; namespace %s; pools %s",
@@ -181,7 +238,7 @@ def start(config: BridgeConfig) -> Bridge:
         config.kubernetes.namespace,
         ", ".join(f"{p.name}={p.nodes}" for p in config.pools),
     )
-    return Bridge(service, pods, reconciler, watcher, server, metrics_server, reloader)
+    return Bridge(service, pods, reconciler, watcher, server, metrics_server, reloader, leadership)
 
 
 def serve(config: BridgeConfig) -> int:

@@ -20,6 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bridge.api import SERVICE_NAME, BridgeServer, TlsServerFiles, build_server
 from bridge.domain.circuit import PoolBreakerStatus
+from bridge.domain.leadership import LeaderState
 from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
 from bridge.errors import (
     BackendError,
@@ -32,6 +33,7 @@ from bridge.errors import (
     HostlistError,
     InvalidInput,
     NoCapacity,
+    NotLeader,
     TransientBackendError,
 )
 from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
@@ -554,3 +556,47 @@ def test_mtls_pinned_client_names(
     finally:
         srv.stop(None)
     assert fake.calls == ([("suspend", ("c1", fake.calls[0][1][1]))] if served else [])
+
+
+class Follower:
+    """Leader election on, another bridge leads."""
+
+    def check(self, what: str) -> None:
+        raise NotLeader(f"{what}: this bridge (b-host) does not lead; a-host holds lease x")
+
+    def state(self) -> LeaderState:
+        return LeaderState(
+            True, "b-host", "x", "a-host", False, datetime(2026, 12, 6, tzinfo=UTC), 2
+        )
+
+
+def test_a_follower_takes_no_mutating_call_and_says_who_leads(
+    fake: FakeUseCases, sock: Path
+) -> None:
+    """UNAVAILABLE (the hooks try the next bridge or retry), naming the leader; reads are
+    served, and ListPools says who leads."""
+    srv = build_server(fake, unix_socket=str(sock), max_workers=4, leader=Follower())
+    srv.start()
+    try:
+        with grpc.insecure_channel(f"unix:{sock}") as ch:
+            stub = _stub(ch)
+            for call in (
+                lambda: stub.SuspendNodes(pb.SuspendNodesRequest(hostlist="c1"), timeout=5),
+                lambda: stub.ResumeNodes(pb.ResumeNodesRequest(hostlist="c1"), timeout=5),
+                lambda: stub.ResumePool(pb.ResumePoolRequest(pool="cpu"), timeout=5),
+            ):
+                with pytest.raises(grpc.RpcError) as info:
+                    call()
+                assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+                assert "does not lead; a-host holds lease x" in (info.value.details() or "")
+        with BridgeClient(f"unix:{sock}", timeout_s=5.0) as c:
+            _pools, leadership = c.pools_and_leadership()
+            assert leadership == Follower().state()
+            c.list_nodes("c1")
+    finally:
+        srv.stop(None)
+    assert [name for name, _ in fake.calls] == ["list_nodes"]
+
+
+def test_without_election_list_pools_says_so(client: BridgeClient) -> None:
+    assert client.pools_and_leadership()[1] == LeaderState(enabled=False)

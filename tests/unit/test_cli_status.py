@@ -24,6 +24,7 @@ from bridge.cli.status import (
     EXIT_UNREACHABLE,
     EXIT_USAGE,
     known_state,
+    leadership_note,
     options_from_args,
     select,
     state_matches,
@@ -31,6 +32,7 @@ from bridge.cli.status import (
     status_watch,
 )
 from bridge.cli.status_report import StatusOptions, as_json, render, summary_lines
+from bridge.domain.leadership import LeaderState
 from bridge.domain.results import NodeStatus
 from bridge.domain.stuck import find_stuck
 from bridge.errors import InvalidInput
@@ -535,3 +537,29 @@ def test_watch_defaults_to_two_seconds() -> None:
     assert opts(["--watch"]).watch == 2.0
     assert opts([]).watch is None
     assert opts(["-w", "0.5"]).watch == 0.5
+
+
+@pytest.mark.parametrize(
+    ("state", "note"),
+    [
+        (LeaderState(enabled=False), ""),
+        (
+            LeaderState(
+                True, "b-host", "skb-lab", "a-host", False, datetime(2026, 12, 6, tzinfo=UTC), 1
+            ),
+            "leader: a-host since 2026-12-06T00:00:00Z (this bridge, b-host, follows and writes "
+            "nothing; lease skb-lab, 1 failover)",
+        ),
+        (
+            LeaderState(True, "a-host", "skb-lab", "a-host", True, None, 0),
+            "leader: a-host (this bridge, a-host, leads; lease skb-lab, 0 failovers)",
+        ),
+        (
+            LeaderState(True, "a-host", "skb-lab", "", False, None, 3),
+            "leader: none (this bridge, a-host, follows and writes nothing; lease skb-lab, "
+            "3 failovers)",
+        ),
+    ],
+)
+def test_leadership_note(state: LeaderState, note: str) -> None:
+    assert leadership_note(state) == note

@@ -320,7 +320,8 @@ def named(text: str) -> str:
         (
             named(HEAD + POOL + "kubernetes:\n  namespase: x\n"),
             "bridge.yaml:10: kubernetes.namespase: unknown key; known keys: namespace, "
-            "kubeconfig, context, node_service, cluster_domain",
+            "kubeconfig, context, node_service, cluster_domain, leader_election, lease_name, "
+            "leader_identity, lease_duration_s, lease_retry_s",
         ),
         (
             named(HEAD + POOL + "kubernetes:\n  namespace: Slurm\n"),
@@ -746,3 +747,47 @@ def test_allowed_callers_written_as_one_string_are_checked() -> None:
     assert str(caught.value) == (
         "bridge.yaml:11: bridge.allowed_callers: 'a b' is neither a user name nor a uid"
     )
+
+
+def test_leader_election_settings() -> None:
+    text = (
+        "cluster_name: lab\n"
+        + HEAD
+        + POOL
+        + "kubernetes:\n  leader_election: true\n  leader_identity: ctl-a\n"
+    )
+    k8s = parse_config(text, "bridge.yaml").kubernetes
+    assert (k8s.leader_election, k8s.lease("lab"), k8s.identity()) == (
+        True,
+        "slurm-k8s-bridge-lab",
+        "ctl-a",
+    )
+    assert (k8s.lease_duration_s, k8s.lease_retry_s) == (15, 2.0)
+    off = parse_config("cluster_name: lab\n" + HEAD + POOL, "bridge.yaml").kubernetes
+    assert not off.leader_election
+    assert off.identity()  # the host's name
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"SKB_KUBERNETES_LEADER_ELECTION": "maybe"}, "must be true or false, got 'maybe'"),
+        (
+            {"SKB_KUBERNETES_LEASE_DURATION_S": "6", "SKB_KUBERNETES_LEASE_RETRY_S": "2"},
+            "kubernetes.lease_retry_s: must be at most 1.33s with lease_duration_s 6",
+        ),
+        ({"SKB_KUBERNETES_LEASE_NAME": "Not_A_Name"}, "is not a valid Kubernetes object name"),
+    ],
+)
+def test_leader_election_errors(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config("cluster_name: lab\n" + HEAD + POOL, "bridge.yaml", environ)
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("text", ["yes", "TRUE", "1", "on"])
+def test_leader_election_from_the_environment(text: str) -> None:
+    config = parse_config(
+        "cluster_name: lab\n" + HEAD + POOL, "bridge.yaml", {"SKB_KUBERNETES_LEADER_ELECTION": text}
+    )
+    assert config.kubernetes.leader_election

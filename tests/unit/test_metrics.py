@@ -457,7 +457,7 @@ def test_the_endpoint_on_port_0_lists_every_metric() -> None:
     suffix = {"counter": "_total", "histogram": "_bucket", "gauge": ""}
     wanted = {m.name + suffix[m.type] for m in metrics.registry.collect()}
     assert wanted <= scraped
-    assert len(wanted) == len(metrics.names()) == 10
+    assert len(wanted) == len(metrics.names()) == 13
     assert 'slurm_k8s_bridge_fail_fast_total{reason="Unschedulable"} 1.0' in body
 
 

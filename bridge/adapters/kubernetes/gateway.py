@@ -22,6 +22,7 @@ from bridge.adapters.kubernetes.credentials import KubeCredentials
 from bridge.adapters.kubernetes.drains import ensure_disruption_budget, list_cordoned_nodes
 from bridge.adapters.kubernetes.events import EVENT_SENDERS, EventRecorder, QueuedEvent
 from bridge.adapters.kubernetes.json_bytes import MERGE_PATCH, STRATEGIC_MERGE_PATCH, send_json
+from bridge.adapters.kubernetes.lease import LeaseGateway
 from bridge.adapters.kubernetes.provenance import PodProvenance
 from bridge.adapters.kubernetes.scale_up import scale_up_event
 from bridge.adapters.kubernetes.watch import PodEvent, watch_pods
@@ -452,6 +453,10 @@ class PodGateway:
             # one per queued Event.
             if not (isinstance(e, Unauthorized) and self.credentials is not None):
                 log.warning("event %s not recorded: %s", event.label, e)
+
+    def lease(self, name: str) -> LeaseGateway:
+        """The leader election's Lease ``name`` in this namespace, through these credentials."""
+        return LeaseGateway(self._api.api_client, self.namespace, name, self._timeout)
 
     def ensure_disruption_budget(self, manifest: Mapping[str, Any]) -> bool:
         """Create or patch a pool's PodDisruptionBudget; True when created (see :mod:`.drains`)."""

@@ -1272,7 +1272,9 @@ func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
 type ListPoolsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One entry per configured pool, in configuration order.
-	Pools         []*PoolBreaker `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	Pools []*PoolBreaker `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	// Which bridge leads; unset by bridges before leader election.
+	Leadership    *Leadership `protobuf:"bytes,2,opt,name=leadership,proto3" json:"leadership,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1314,6 +1316,113 @@ func (x *ListPoolsResponse) GetPools() []*PoolBreaker {
 	return nil
 }
 
+func (x *ListPoolsResponse) GetLeadership() *Leadership {
+	if x != nil {
+		return x.Leadership
+	}
+	return nil
+}
+
+// Leader election on a Lease (`kubernetes.leader_election`), as the answering bridge sees it.
+type Leadership struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether leader election is on; when off the bridge always acts (and the rest is empty).
+	Enabled bool `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	// The answering bridge's identity in the Lease.
+	Identity string `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
+	// The Lease's name, in the bridge's namespace.
+	Lease string `protobuf:"bytes,3,opt,name=lease,proto3" json:"lease,omitempty"`
+	// The holder the answering bridge last read; empty when released or not read yet.
+	Leader string `protobuf:"bytes,4,opt,name=leader,proto3" json:"leader,omitempty"`
+	// Whether the answering bridge leads now (it holds the Lease, renewed in time).
+	Leading bool `protobuf:"varint,5,opt,name=leading,proto3" json:"leading,omitempty"`
+	// When the leader took the Lease (its acquireTime).
+	Since *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=since,proto3" json:"since,omitempty"`
+	// Failovers so far (the Lease's leaseTransitions).
+	Transitions   uint32 `protobuf:"varint,7,opt,name=transitions,proto3" json:"transitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Leadership) Reset() {
+	*x = Leadership{}
+	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Leadership) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Leadership) ProtoMessage() {}
+
+func (x *Leadership) ProtoReflect() protoreflect.Message {
+	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Leadership.ProtoReflect.Descriptor instead.
+func (*Leadership) Descriptor() ([]byte, []int) {
+	return file_slurm_k8s_bridge_v1_bridge_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Leadership) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *Leadership) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *Leadership) GetLease() string {
+	if x != nil {
+		return x.Lease
+	}
+	return ""
+}
+
+func (x *Leadership) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+func (x *Leadership) GetLeading() bool {
+	if x != nil {
+		return x.Leading
+	}
+	return false
+}
+
+func (x *Leadership) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *Leadership) GetTransitions() uint32 {
+	if x != nil {
+		return x.Transitions
+	}
+	return 0
+}
+
 type ResumePoolRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The pool's name, as configured. Required.
@@ -1326,7 +1435,7 @@ type ResumePoolRequest struct {
 
 func (x *ResumePoolRequest) Reset() {
 	*x = ResumePoolRequest{}
-	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[15]
+	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1447,7 @@ func (x *ResumePoolRequest) String() string {
 func (*ResumePoolRequest) ProtoMessage() {}
 
 func (x *ResumePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[15]
+	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1460,7 @@ func (x *ResumePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumePoolRequest.ProtoReflect.Descriptor instead.
 func (*ResumePoolRequest) Descriptor() ([]byte, []int) {
-	return file_slurm_k8s_bridge_v1_bridge_proto_rawDescGZIP(), []int{15}
+	return file_slurm_k8s_bridge_v1_bridge_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ResumePoolRequest) GetPool() string {
@@ -1382,7 +1491,7 @@ type ResumePoolResponse struct {
 
 func (x *ResumePoolResponse) Reset() {
 	*x = ResumePoolResponse{}
-	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[16]
+	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1394,7 +1503,7 @@ func (x *ResumePoolResponse) String() string {
 func (*ResumePoolResponse) ProtoMessage() {}
 
 func (x *ResumePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[16]
+	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1407,7 +1516,7 @@ func (x *ResumePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumePoolResponse.ProtoReflect.Descriptor instead.
 func (*ResumePoolResponse) Descriptor() ([]byte, []int) {
-	return file_slurm_k8s_bridge_v1_bridge_proto_rawDescGZIP(), []int{16}
+	return file_slurm_k8s_bridge_v1_bridge_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ResumePoolResponse) GetPool() *PoolBreaker {
@@ -1515,9 +1624,21 @@ const file_slurm_k8s_bridge_v1_bridge_proto_rawDesc = "" +
 	"\fpaused_until\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vpausedUntil\x12\x1f\n" +
 	"\vlast_reason\x18\b \x01(\tR\n" +
 	"lastReason\"\x12\n" +
-	"\x10ListPoolsRequest\"K\n" +
+	"\x10ListPoolsRequest\"\x8c\x01\n" +
 	"\x11ListPoolsResponse\x126\n" +
-	"\x05pools\x18\x01 \x03(\v2 .slurm_k8s_bridge.v1.PoolBreakerR\x05pools\"F\n" +
+	"\x05pools\x18\x01 \x03(\v2 .slurm_k8s_bridge.v1.PoolBreakerR\x05pools\x12?\n" +
+	"\n" +
+	"leadership\x18\x02 \x01(\v2\x1f.slurm_k8s_bridge.v1.LeadershipR\n" +
+	"leadership\"\xde\x01\n" +
+	"\n" +
+	"Leadership\x12\x18\n" +
+	"\aenabled\x18\x01 \x01(\bR\aenabled\x12\x1a\n" +
+	"\bidentity\x18\x02 \x01(\tR\bidentity\x12\x14\n" +
+	"\x05lease\x18\x03 \x01(\tR\x05lease\x12\x16\n" +
+	"\x06leader\x18\x04 \x01(\tR\x06leader\x12\x18\n" +
+	"\aleading\x18\x05 \x01(\bR\aleading\x120\n" +
+	"\x05since\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12 \n" +
+	"\vtransitions\x18\a \x01(\rR\vtransitions\"F\n" +
 	"\x11ResumePoolRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1d\n" +
 	"\n" +
@@ -1579,7 +1700,7 @@ func file_slurm_k8s_bridge_v1_bridge_proto_rawDescGZIP() []byte {
 }
 
 var file_slurm_k8s_bridge_v1_bridge_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_slurm_k8s_bridge_v1_bridge_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_slurm_k8s_bridge_v1_bridge_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_slurm_k8s_bridge_v1_bridge_proto_goTypes = []any{
 	(Outcome)(0),                  // 0: slurm_k8s_bridge.v1.Outcome
 	(ErrorClass)(0),               // 1: slurm_k8s_bridge.v1.ErrorClass
@@ -1600,9 +1721,10 @@ var file_slurm_k8s_bridge_v1_bridge_proto_goTypes = []any{
 	(*PoolBreaker)(nil),           // 16: slurm_k8s_bridge.v1.PoolBreaker
 	(*ListPoolsRequest)(nil),      // 17: slurm_k8s_bridge.v1.ListPoolsRequest
 	(*ListPoolsResponse)(nil),     // 18: slurm_k8s_bridge.v1.ListPoolsResponse
-	(*ResumePoolRequest)(nil),     // 19: slurm_k8s_bridge.v1.ResumePoolRequest
-	(*ResumePoolResponse)(nil),    // 20: slurm_k8s_bridge.v1.ResumePoolResponse
-	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
+	(*Leadership)(nil),            // 19: slurm_k8s_bridge.v1.Leadership
+	(*ResumePoolRequest)(nil),     // 20: slurm_k8s_bridge.v1.ResumePoolRequest
+	(*ResumePoolResponse)(nil),    // 21: slurm_k8s_bridge.v1.ResumePoolResponse
+	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
 }
 var file_slurm_k8s_bridge_v1_bridge_proto_depIdxs = []int32{
 	0,  // 0: slurm_k8s_bridge.v1.NodeResult.outcome:type_name -> slurm_k8s_bridge.v1.Outcome
@@ -1612,32 +1734,34 @@ var file_slurm_k8s_bridge_v1_bridge_proto_depIdxs = []int32{
 	4,  // 4: slurm_k8s_bridge.v1.ResumeFailedResponse.results:type_name -> slurm_k8s_bridge.v1.NodeResult
 	2,  // 5: slurm_k8s_bridge.v1.NodeEventRequest.kind:type_name -> slurm_k8s_bridge.v1.NodeEventKind
 	4,  // 6: slurm_k8s_bridge.v1.NodeEventResponse.results:type_name -> slurm_k8s_bridge.v1.NodeResult
-	21, // 7: slurm_k8s_bridge.v1.NodeStatus.since:type_name -> google.protobuf.Timestamp
-	21, // 8: slurm_k8s_bridge.v1.NodeStatus.reason_since:type_name -> google.protobuf.Timestamp
+	22, // 7: slurm_k8s_bridge.v1.NodeStatus.since:type_name -> google.protobuf.Timestamp
+	22, // 8: slurm_k8s_bridge.v1.NodeStatus.reason_since:type_name -> google.protobuf.Timestamp
 	14, // 9: slurm_k8s_bridge.v1.ListNodesResponse.nodes:type_name -> slurm_k8s_bridge.v1.NodeStatus
 	3,  // 10: slurm_k8s_bridge.v1.PoolBreaker.state:type_name -> slurm_k8s_bridge.v1.BreakerState
-	21, // 11: slurm_k8s_bridge.v1.PoolBreaker.paused_until:type_name -> google.protobuf.Timestamp
+	22, // 11: slurm_k8s_bridge.v1.PoolBreaker.paused_until:type_name -> google.protobuf.Timestamp
 	16, // 12: slurm_k8s_bridge.v1.ListPoolsResponse.pools:type_name -> slurm_k8s_bridge.v1.PoolBreaker
-	16, // 13: slurm_k8s_bridge.v1.ResumePoolResponse.pool:type_name -> slurm_k8s_bridge.v1.PoolBreaker
-	5,  // 14: slurm_k8s_bridge.v1.Bridge.ResumeNodes:input_type -> slurm_k8s_bridge.v1.ResumeNodesRequest
-	7,  // 15: slurm_k8s_bridge.v1.Bridge.SuspendNodes:input_type -> slurm_k8s_bridge.v1.SuspendNodesRequest
-	9,  // 16: slurm_k8s_bridge.v1.Bridge.ResumeFailed:input_type -> slurm_k8s_bridge.v1.ResumeFailedRequest
-	11, // 17: slurm_k8s_bridge.v1.Bridge.NodeEvent:input_type -> slurm_k8s_bridge.v1.NodeEventRequest
-	13, // 18: slurm_k8s_bridge.v1.Bridge.ListNodes:input_type -> slurm_k8s_bridge.v1.ListNodesRequest
-	17, // 19: slurm_k8s_bridge.v1.Bridge.ListPools:input_type -> slurm_k8s_bridge.v1.ListPoolsRequest
-	19, // 20: slurm_k8s_bridge.v1.Bridge.ResumePool:input_type -> slurm_k8s_bridge.v1.ResumePoolRequest
-	6,  // 21: slurm_k8s_bridge.v1.Bridge.ResumeNodes:output_type -> slurm_k8s_bridge.v1.ResumeNodesResponse
-	8,  // 22: slurm_k8s_bridge.v1.Bridge.SuspendNodes:output_type -> slurm_k8s_bridge.v1.SuspendNodesResponse
-	10, // 23: slurm_k8s_bridge.v1.Bridge.ResumeFailed:output_type -> slurm_k8s_bridge.v1.ResumeFailedResponse
-	12, // 24: slurm_k8s_bridge.v1.Bridge.NodeEvent:output_type -> slurm_k8s_bridge.v1.NodeEventResponse
-	15, // 25: slurm_k8s_bridge.v1.Bridge.ListNodes:output_type -> slurm_k8s_bridge.v1.ListNodesResponse
-	18, // 26: slurm_k8s_bridge.v1.Bridge.ListPools:output_type -> slurm_k8s_bridge.v1.ListPoolsResponse
-	20, // 27: slurm_k8s_bridge.v1.Bridge.ResumePool:output_type -> slurm_k8s_bridge.v1.ResumePoolResponse
-	21, // [21:28] is the sub-list for method output_type
-	14, // [14:21] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	19, // 13: slurm_k8s_bridge.v1.ListPoolsResponse.leadership:type_name -> slurm_k8s_bridge.v1.Leadership
+	22, // 14: slurm_k8s_bridge.v1.Leadership.since:type_name -> google.protobuf.Timestamp
+	16, // 15: slurm_k8s_bridge.v1.ResumePoolResponse.pool:type_name -> slurm_k8s_bridge.v1.PoolBreaker
+	5,  // 16: slurm_k8s_bridge.v1.Bridge.ResumeNodes:input_type -> slurm_k8s_bridge.v1.ResumeNodesRequest
+	7,  // 17: slurm_k8s_bridge.v1.Bridge.SuspendNodes:input_type -> slurm_k8s_bridge.v1.SuspendNodesRequest
+	9,  // 18: slurm_k8s_bridge.v1.Bridge.ResumeFailed:input_type -> slurm_k8s_bridge.v1.ResumeFailedRequest
+	11, // 19: slurm_k8s_bridge.v1.Bridge.NodeEvent:input_type -> slurm_k8s_bridge.v1.NodeEventRequest
+	13, // 20: slurm_k8s_bridge.v1.Bridge.ListNodes:input_type -> slurm_k8s_bridge.v1.ListNodesRequest
+	17, // 21: slurm_k8s_bridge.v1.Bridge.ListPools:input_type -> slurm_k8s_bridge.v1.ListPoolsRequest
+	20, // 22: slurm_k8s_bridge.v1.Bridge.ResumePool:input_type -> slurm_k8s_bridge.v1.ResumePoolRequest
+	6,  // 23: slurm_k8s_bridge.v1.Bridge.ResumeNodes:output_type -> slurm_k8s_bridge.v1.ResumeNodesResponse
+	8,  // 24: slurm_k8s_bridge.v1.Bridge.SuspendNodes:output_type -> slurm_k8s_bridge.v1.SuspendNodesResponse
+	10, // 25: slurm_k8s_bridge.v1.Bridge.ResumeFailed:output_type -> slurm_k8s_bridge.v1.ResumeFailedResponse
+	12, // 26: slurm_k8s_bridge.v1.Bridge.NodeEvent:output_type -> slurm_k8s_bridge.v1.NodeEventResponse
+	15, // 27: slurm_k8s_bridge.v1.Bridge.ListNodes:output_type -> slurm_k8s_bridge.v1.ListNodesResponse
+	18, // 28: slurm_k8s_bridge.v1.Bridge.ListPools:output_type -> slurm_k8s_bridge.v1.ListPoolsResponse
+	21, // 29: slurm_k8s_bridge.v1.Bridge.ResumePool:output_type -> slurm_k8s_bridge.v1.ResumePoolResponse
+	23, // [23:30] is the sub-list for method output_type
+	16, // [16:23] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_slurm_k8s_bridge_v1_bridge_proto_init() }
@@ -1652,7 +1776,7 @@ func file_slurm_k8s_bridge_v1_bridge_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slurm_k8s_bridge_v1_bridge_proto_rawDesc), len(file_slurm_k8s_bridge_v1_bridge_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

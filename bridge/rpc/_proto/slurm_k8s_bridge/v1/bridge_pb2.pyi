@@ -219,10 +219,30 @@ class ListPoolsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ListPoolsResponse(_message.Message):
-    __slots__ = ("pools",)
+    __slots__ = ("pools", "leadership")
     POOLS_FIELD_NUMBER: _ClassVar[int]
+    LEADERSHIP_FIELD_NUMBER: _ClassVar[int]
     pools: _containers.RepeatedCompositeFieldContainer[PoolBreaker]
-    def __init__(self, pools: _Optional[_Iterable[_Union[PoolBreaker, _Mapping]]] = ...) -> None: ...
+    leadership: Leadership
+    def __init__(self, pools: _Optional[_Iterable[_Union[PoolBreaker, _Mapping]]] = ..., leadership: _Optional[_Union[Leadership, _Mapping]] = ...) -> None: ...
+
+class Leadership(_message.Message):
+    __slots__ = ("enabled", "identity", "lease", "leader", "leading", "since", "transitions")
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    LEADING_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    TRANSITIONS_FIELD_NUMBER: _ClassVar[int]
+    enabled: bool
+    identity: str
+    lease: str
+    leader: str
+    leading: bool
+    since: _timestamp_pb2.Timestamp
+    transitions: int
+    def __init__(self, enabled: _Optional[bool] = ..., identity: _Optional[str] = ..., lease: _Optional[str] = ..., leader: _Optional[str] = ..., leading: _Optional[bool] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., transitions: _Optional[int] = ...) -> None: ...
 
 class ResumePoolRequest(_message.Message):
     __slots__ = ("pool", "request_id")
