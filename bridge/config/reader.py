@@ -26,7 +26,8 @@ from bridge.config.schema import (
 )
 from bridge.config.yaml_lines import MAX_FILE_SIZE, LineIndex, read_yaml, show
 from bridge.domain.field_path import FieldPath, dotted
-from bridge.domain.pod_rendering import render_pod, template_image
+from bridge.domain.pod_rendering import render_pod
+from bridge.domain.pod_templates import template_image
 from bridge.errors import ConfigError
 from bridge.settings import BridgeConfig, BridgeSettings, KubernetesSettings, SlurmSettings
 

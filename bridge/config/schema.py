@@ -24,7 +24,7 @@ from bridge.config import field_rules as rules
 from bridge.config.field_rules import FieldProblem
 from bridge.config.yaml_lines import show
 from bridge.domain.circuit import BreakerPolicy
-from bridge.domain.pod_rendering import (
+from bridge.domain.pod_templates import (
     auth_template_problems,
     key_template_problems,
     template_image,

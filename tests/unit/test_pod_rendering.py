@@ -8,12 +8,10 @@ from typing import Any
 
 import pytest
 
-from bridge.domain.pod_rendering import (
-    PodSettings,
+from bridge.domain.pod_rendering import PodSettings, pool_template_hash, render_pod
+from bridge.domain.pod_templates import (
     auth_template_problems,
     key_template_problems,
-    pool_template_hash,
-    render_pod,
     template_image,
     template_problems,
 )
