@@ -85,7 +85,13 @@ def external(
 
 def _external(proving_ground: ProvingGround, tmp_path: Path, wrapper: Path) -> Iterator[Path]:
     try:
-        apply_namespace(proving_ground, "namespace", EXTERNAL_NS, tmp_path / "namespace")
+        # The ground's allow-lists (kwok's node selector and toleration, below).
+        apply_namespace(
+            proving_ground,
+            "../../dev/proving_ground/namespace",
+            EXTERNAL_NS,
+            tmp_path / "namespace",
+        )
         proving_ground.kubectl("apply", "-f", "-", input_text=kustomize(proving_ground, wrapper))
         kubeconfig = tmp_path / "bridge.kubeconfig"
         script = KUSTOMIZE_DIR / "overlays" / "external" / "make-kubeconfig.sh"
@@ -144,6 +150,8 @@ SIM_POD = {
             {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
         ],
         "containers": [{"name": "c", "image": "localhost/slurm-k8s-bridge/slurmd:dev"}],
+        # As the bridge renders its pods: the guard admits no ServiceAccount token.
+        "automountServiceAccountToken": False,
     },
 }
 
