@@ -35,6 +35,56 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(tier)
 
 
+#: What a failed e2e test's report gains, so a CI failure can be read without the ground (it
+#: is taken down after the run): the views the elastic cycle depends on, then the logs' tails.
+_SLURM_VIEWS = (
+    ("squeue", "-a", "-o", "%i %P %u %T %r %N"),
+    ("sinfo", "-o", "%T %E %N"),  # one line per state and reason
+)
+_KUBECTL_VIEWS = (
+    ("get", "pods", "-A", "-o", "wide"),
+    ("get", "events", "-A", "--sort-by=.lastTimestamp"),
+)
+_LOG_TAILS = {"bridge.log": 60, "slurmctld.log": 40}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    report = yield
+    if report.failed and call.when == "call" and item.get_closest_marker("e2e"):
+        report.sections.append(("ground at the failure", _ground_at_failure()))
+    return report
+
+
+def _ground_at_failure() -> str:
+    where = layout.Layout.default()
+    if not ground.healthy(where):
+        return "the proving ground is not up"
+    pg = ProvingGround(where)
+    views: list[tuple[str, Callable[[], str]]] = [
+        *((" ".join(argv), lambda argv=argv: pg.slurm(*argv, check=False, timeout=10))
+          for argv in _SLURM_VIEWS),
+        *((f"kubectl {' '.join(argv)}",
+           lambda argv=argv: "\n".join(pg.kubectl(*argv, check=False, timeout=10)
+                                        .splitlines()[-30:]))
+          for argv in _KUBECTL_VIEWS),
+    ]  # fmt: skip
+    parts = []
+    for title, show in views:
+        try:
+            parts.append(f"$ {title}\n{show()}")
+        except (OSError, subprocess.TimeoutExpired) as error:
+            parts.append(f"$ {title}: {error}")
+    for name, lines in _LOG_TAILS.items():
+        path = where.logs / name
+        try:
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+        except OSError as error:
+            tail = [str(error)]
+        parts.append(f"--- last {lines} lines of {path}\n" + "\n".join(tail))
+    return "\n".join(parts)
+
+
 @dataclass(frozen=True)
 class ProvingGround:
     """Handles the tests need: where things are and how to call Slurm and kubectl."""

@@ -1,6 +1,6 @@
 """The proving ground's Kubernetes side alone (kube-apiserver and kwok; no Slurm, no slurmd): kwok
-nodes carry 500 pods and let them go, kwok leaves a custom readiness gate to its owner, and the API
-server enforces RBAC for a namespaced ServiceAccount."""
+nodes carry a few hundred pods and let them go, kwok leaves a custom readiness gate to its
+owner, and the API server enforces RBAC for a namespaced ServiceAccount."""
 
 from __future__ import annotations
 
@@ -15,8 +15,12 @@ from tests.conftest import ProvingGround
 
 pytestmark = pytest.mark.integration
 
+#: Enough pods to show kwok runs them in bulk; the site-sized counts (1,000 pods and more) are
+#: ``make bench``'s, minutes each, not ``make test``'s.
+KWOK_PODS = 200
 
-def test_500_pods_on_kwok_nodes_run_and_go(proving_ground: ProvingGround) -> None:
+
+def test_hundreds_of_pods_on_kwok_nodes_run_and_go(proving_ground: ProvingGround) -> None:
     pg = proving_ground
     namespace = "pg-scale"
     pg.kubectl("create", "namespace", namespace, check=False)
@@ -31,7 +35,7 @@ def test_500_pods_on_kwok_nodes_run_and_go(proving_ground: ProvingGround) -> Non
         },
     }
     items = []
-    for i in range(500):
+    for i in range(KWOK_PODS):
         pod = json.loads(json.dumps(template))
         pod["metadata"]["name"] = f"scale-{i:03d}"
         items.append(pod)
@@ -57,9 +61,9 @@ def test_500_pods_on_kwok_nodes_run_and_go(proving_ground: ProvingGround) -> Non
                 timeout=60,
             )
             count = len(out.split())
-            return count if count == 500 else None
+            return count if count == KWOK_PODS else None
 
-        wait_for("500 pods Running", running, 300, every=2)
+        wait_for(f"{KWOK_PODS} pods Running", running, 300, every=2)
         ran = time.monotonic() - started
         pg.kubectl(
             "-n", namespace, "delete", "pods", "--all", "--wait=true", "--timeout=300s", timeout=320
@@ -67,7 +71,7 @@ def test_500_pods_on_kwok_nodes_run_and_go(proving_ground: ProvingGround) -> Non
         gone = time.monotonic() - started - ran
         left = pg.kubectl("-n", namespace, "get", "pods", "-o", "name").split()
         assert left == []
-        print(f"500 kwok pods: Running after {ran:.1f}s, deleted in {gone:.1f}s")
+        print(f"{KWOK_PODS} kwok pods: Running after {ran:.1f}s, deleted in {gone:.1f}s")
     finally:
         pg.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
