@@ -84,8 +84,8 @@ class FencedPods:
     def create_pods(
         self, manifests: Sequence[Mapping[str, Any]]
     ) -> Mapping[str, bool | BackendError | InvalidInput]:
-        names = [str(m["metadata"]["name"]) for m in manifests]
-        return self._refused("create pods", names) or self._pods.create_pods(manifests)
+        refused = self._refused("create pods", [str(m["metadata"]["name"]) for m in manifests])
+        return self._pods.create_pods(manifests) if refused is None else refused
 
     def delete_pods(
         self,
@@ -94,15 +94,16 @@ class FencedPods:
         uids: Mapping[str, str] | None = None,
         grace_period_s: int | None = None,
     ) -> Mapping[str, bool | BackendError | InvalidInput]:
-        return self._refused("delete pods", names) or self._pods.delete_pods(
-            names, uids=uids, grace_period_s=grace_period_s
-        )
+        refused = self._refused("delete pods", names)
+        if refused is not None:
+            return refused
+        return self._pods.delete_pods(names, uids=uids, grace_period_s=grace_period_s)
 
     def set_slurm_states(
         self, changes: Sequence[SetPodSlurmState]
     ) -> Mapping[str, bool | BackendError | InvalidInput]:
-        names = [change.node for change in changes]
-        return self._refused("label pods", names) or self._pods.set_slurm_states(changes)
+        refused = self._refused("label pods", [change.node for change in changes])
+        return self._pods.set_slurm_states(changes) if refused is None else refused
 
     def record_event(self, pod: str, reason: str, message: str, *, warning: bool = False) -> None:
         # Best effort, as the gateway's own: a follower's event is dropped, not raised.

@@ -84,8 +84,6 @@ class Leadership:
         self._seen_at = 0.0
         #: Whether on_started ran last (so on_stopped runs once per term).
         self._term = False
-        #: Leadership gained by this process (a metric: failovers to this bridge).
-        self.terms = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
 
@@ -199,7 +197,6 @@ class Leadership:
         leading = self.leading()
         if leading and not self._term:
             self._term = True
-            self.terms += 1
             try:
                 self.on_started()
             except Exception:
