@@ -111,6 +111,10 @@ class BridgeSettings:
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_client_ca: str | None = None
+    #: ``host:port`` where the other bridges of a leader election reach this one's TCP listener
+    #: to forward the hooks' calls while it leads; "" (the default): ``tcp_listen`` when it
+    #: names a host, else none.
+    advertise_address: str = ""
     reconcile_interval_s: float = 5.0
     pod_age_guard_s: float = 30.0
     failed_node_hold_s: float = 30.0
@@ -131,6 +135,15 @@ class BridgeSettings:
     #: The circuit breaker of every pool that sets none: ``failures`` fail-fasts within
     #: ``window_s`` stop that pool's pods for ``pause_s``. None (the default): off.
     circuit_breaker: BreakerPolicy | None = None
+
+    def forward_address(self) -> str:
+        """Where a follower forwards the hooks' calls while this bridge leads ("" none)."""
+        if self.advertise_address:
+            return self.advertise_address
+        if self.tcp_listen is None:
+            return ""
+        host = self.tcp_listen.rsplit(":", 1)[0].strip("[]")
+        return "" if host in ("", "0.0.0.0", "::") else self.tcp_listen  # noqa: S104 (a check)
 
 
 #: The file's sections, in the order they are read and written.

@@ -5,6 +5,7 @@ The names below are what the composition root (``bridge.runtime.serve``), the be
 the tests use.
 """
 
+from bridge.api.forwarding import LeaderForwarder
 from bridge.api.server import MAX_MESSAGE_BYTES, BridgeServer, TlsServerFiles, build_server
 from bridge.api.servicer import SERVICE_NAME, BridgeServicer, BridgeUseCases, status_code_for
 
@@ -14,6 +15,7 @@ __all__ = [
     "BridgeServer",
     "BridgeServicer",
     "BridgeUseCases",
+    "LeaderForwarder",
     "TlsServerFiles",
     "build_server",
     "status_code_for",

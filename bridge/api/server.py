@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from bridge.api.forwarding import LeaderForwarder
 from bridge.api.metrics_interceptor import RpcMetricsInterceptor
 from bridge.api.peer_gate import PeerGate, bind_unix_socket, user_name
 from bridge.api.servicer import SERVICE_NAME, BridgeServicer, BridgeUseCases, Leader
@@ -115,6 +116,7 @@ def build_server(
     allowed_client_names: frozenset[str] = frozenset(),
     metrics: BridgeMetrics | None = None,
     leader: Leader | None = None,
+    forwarder: LeaderForwarder | None = None,
 ) -> BridgeServer:
     """Build (not start) the bridge's gRPC server with the health service set to SERVING.
 
@@ -136,7 +138,9 @@ def build_server(
         interceptors=[RpcMetricsInterceptor(metrics)] if metrics is not None else None,
     )
     # The generated grpc module has no type hints.
-    servicer = BridgeServicer(use_cases, allowed_client_names=allowed_client_names, leader=leader)
+    servicer = BridgeServicer(
+        use_cases, allowed_client_names=allowed_client_names, leader=leader, forwarder=forwarder
+    )
     pb_grpc.add_BridgeServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -15,10 +15,11 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import NoReturn, Protocol
+from typing import Any, NoReturn, Protocol
 
 import grpc
 
+from bridge.api.forwarding import LeaderForwarder, was_forwarded
 from bridge.api.log_fields import printable
 from bridge.domain.circuit import PoolBreakerStatus
 from bridge.domain.leadership import LeaderState
@@ -30,6 +31,7 @@ from bridge.errors import (
     CallerNotAllowed,
     ConfigError,
     InvalidInput,
+    NotLeader,
     TransientBackendError,
 )
 from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
@@ -132,6 +134,9 @@ def _request_id(given: str) -> tuple[str, InvalidInput | None]:
     )
 
 
+#: A forwarded call's deadline when the caller gave none (the hooks always give one).
+FORWARD_TIMEOUT_S = 30.0
+
 #: ``bridge.tls_client_names: ["*"]``: any client certificate the client CA signed.
 ANY_CLIENT = "*"
 #: The peer properties gRPC fills from a client certificate's DNS and URI subjectAltNames.
@@ -167,10 +172,13 @@ class BridgeServicer(pb_grpc.BridgeServicer):
         *,
         allowed_client_names: frozenset[str] = frozenset(),
         leader: Leader | None = None,
+        forwarder: LeaderForwarder | None = None,
     ) -> None:
         self._use_cases = use_cases
-        #: A follower takes no mutating call: UNAVAILABLE, so the hook tries the next bridge.
+        #: A follower acts on no mutating call: it forwards it to the leader (``forwarder``),
+        #: or answers UNAVAILABLE naming the leader, and the hook retries.
         self._leader = leader or NoElection()
+        self._forwarder = forwarder
         #: Over TCP: a DNS or URI subjectAltName of the client certificate must be one of these
         #: (``*``: any certificate the client CA signed; the config requires the list with TLS).
         #: Unix socket callers are checked by the peer gate.
@@ -198,6 +206,9 @@ class BridgeServicer(pb_grpc.BridgeServicer):
         self, request: pb.ResumeNodesRequest, context: grpc.ServicerContext
     ) -> pb.ResumeNodesResponse:
         """See the proto."""
+        forwarded = self._forwarded("ResumeNodes", request, context)
+        if forwarded is not None:
+            return forwarded  # type: ignore[no-any-return]
         if request.wait:
 
             def resume(rid: str) -> list[NodeResult]:
@@ -224,6 +235,9 @@ class BridgeServicer(pb_grpc.BridgeServicer):
         self, request: pb.SuspendNodesRequest, context: grpc.ServicerContext
     ) -> pb.SuspendNodesResponse:
         """See the proto."""
+        forwarded = self._forwarded("SuspendNodes", request, context)
+        if forwarded is not None:
+            return forwarded  # type: ignore[no-any-return]
         results, rid = self._mutate(
             "SuspendNodes",
             request.hostlist,
@@ -237,6 +251,9 @@ class BridgeServicer(pb_grpc.BridgeServicer):
         self, request: pb.ResumeFailedRequest, context: grpc.ServicerContext
     ) -> pb.ResumeFailedResponse:
         """See the proto."""
+        forwarded = self._forwarded("ResumeFailed", request, context)
+        if forwarded is not None:
+            return forwarded  # type: ignore[no-any-return]
         results, rid = self._mutate(
             "ResumeFailed",
             request.hostlist,
@@ -250,6 +267,9 @@ class BridgeServicer(pb_grpc.BridgeServicer):
         self, request: pb.NodeEventRequest, context: grpc.ServicerContext
     ) -> pb.NodeEventResponse:
         """See the proto."""
+        forwarded = self._forwarded("NodeEvent", request, context)
+        if forwarded is not None:
+            return forwarded  # type: ignore[no-any-return]
 
         def call(rid: str) -> list[NodeResult]:
             kind = node_event_kind_from_pb(request.kind)
@@ -312,6 +332,9 @@ class BridgeServicer(pb_grpc.BridgeServicer):
         self, request: pb.ResumePoolRequest, context: grpc.ServicerContext
     ) -> pb.ResumePoolResponse:
         """See the proto."""
+        forwarded = self._forwarded("ResumePool", request, context)
+        if forwarded is not None:
+            return forwarded  # type: ignore[no-any-return]
         rid, bad_id = _request_id(request.request_id)
         start = time.monotonic()
         try:
@@ -335,6 +358,83 @@ class BridgeServicer(pb_grpc.BridgeServicer):
         return pb.ResumePoolResponse(
             pool=breaker_to_pb(pool), was_paused=was_paused, request_id=rid
         )
+
+    def _forwarded(self, rpc: str, request: Any, context: grpc.ServicerContext) -> Any | None:
+        """The leader's answer, when this bridge follows and forwards the call; None when it
+        handles the call itself (it leads, forwarding is off, or a follower forwarded it)."""
+        if self._forwarder is None or was_forwarded(context) is not None:
+            return None
+        state = self._leader.state()
+        if state.leading:
+            return None
+        rid = request.request_id if REQUEST_ID.fullmatch(request.request_id) else "-"
+        hostlist = getattr(request, "hostlist", "")
+        start = time.monotonic()
+        try:
+            self._check_caller(context)
+            if not state.leader_address:
+                raise NotLeader(
+                    f"{rpc}: this bridge ({state.identity}) does not lead, and "
+                    f"{state.leader or 'no bridge'} holds lease {state.lease} with no address "
+                    "to forward to"
+                )
+            remaining = context.time_remaining()
+            answer = self._forwarder.call(
+                state.leader_address,
+                rpc,
+                request,
+                FORWARD_TIMEOUT_S if remaining is None else max(remaining, 0.001),
+            )
+        except grpc.RpcError as e:
+            self._relay(context, rpc=rpc, rid=rid, hostlist=hostlist, state=state, error=e)
+        except Exception as e:  # every failure must become a status, not a stack trace
+            self._abort(context, rpc=rpc, rid=rid, hostlist=hostlist, exc=e, start=start)
+        log.info(
+            "%s request_id=%s hostlist=%s forwarded_to=%s address=%s elapsed_ms=%.1f",
+            rpc,
+            rid,
+            printable(hostlist, HOSTLIST_LOG_LIMIT) or "-",
+            state.leader,
+            state.leader_address,
+            (time.monotonic() - start) * 1000,
+        )
+        return answer
+
+    @staticmethod
+    def _relay(
+        context: grpc.ServicerContext,
+        *,
+        rpc: str,
+        rid: str,
+        hostlist: str,
+        state: LeaderState,
+        error: grpc.RpcError,
+    ) -> NoReturn:
+        """End a forwarded call as the leader ended it; a leader that could not be reached is
+        UNAVAILABLE from this bridge (the hook retries, and may reach the next leader)."""
+        code, details = error.code(), error.details() or ""
+        trailing: tuple[tuple[str, str | bytes], ...] = tuple(
+            (m.key, m.value) for m in error.trailing_metadata() or ()
+        )
+        from_leader = any(key == ERROR_METADATA_KEY for key, _value in trailing)
+        if code == grpc.StatusCode.UNAVAILABLE and not from_leader:
+            details = (
+                f"{rpc}: the leader {state.leader} at {state.leader_address} is unreachable: "
+                f"{details}"
+            )
+            trailing = ((ERROR_METADATA_KEY, NotLeader.__name__),)
+        log.warning(
+            "%s request_id=%s hostlist=%s forwarded_to=%s address=%s status=%s message=%s",
+            rpc,
+            rid,
+            printable(hostlist, HOSTLIST_LOG_LIMIT) or "-",
+            state.leader,
+            state.leader_address,
+            code.name,
+            printable(details, MESSAGE_LOG_LIMIT),
+        )
+        context.set_trailing_metadata(trailing)
+        context.abort(code, details)
 
     def _mutate(
         self,

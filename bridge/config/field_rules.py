@@ -245,6 +245,11 @@ def tcp_listen(value: str) -> str | None:
     return _host_port(value, port_required=True)
 
 
+def advertise_address(value: str) -> str | None:
+    # "": the default (tcp_listen when it names a host).
+    return None if value == "" else _host_port(value, port_required=True)
+
+
 def metrics_address(value: str) -> str | None:
     # "" is off: several bridges on one machine must not fight over a default port.
     return None if value == "" else _host_port(value, port_required=True)

@@ -142,6 +142,9 @@ class BridgeSection(BaseModel):
     tls_cert: Annotated[str | None, rules.string(rules.abs_path, optional=True)] = None
     tls_key: Annotated[str | None, rules.string(rules.abs_path, optional=True)] = None
     tls_client_ca: Annotated[str | None, rules.string(rules.abs_path, optional=True)] = None
+    advertise_address: Annotated[str, rules.string(rules.advertise_address)] = (
+        BridgeSettings.advertise_address
+    )
     reconcile_interval_s: Annotated[float, rules.seconds(positive=True)] = (
         BridgeSettings.reconcile_interval_s
     )
@@ -192,6 +195,13 @@ class BridgeSection(BaseModel):
                 ("tls_client_names",)
                 if "tls_client_names" in self.model_fields_set
                 else (given[0],),
+            )
+        if self.advertise_address and not given:
+            # Forwarded calls go to the TCP listener, which serves only mutual TLS.
+            raise FieldProblem(
+                "other bridges forward to this address over mutual TLS: set tcp_listen, "
+                "tls_cert, tls_key and tls_client_ca",
+                ("advertise_address",),
             )
         if self.tcp_listen is not None and not given and not rules.is_loopback(self.tcp_listen):
             # Anyone who reaches the port could create and delete pods: require client certificates.

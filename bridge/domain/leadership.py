@@ -25,6 +25,9 @@ class LeaseRecord:
     renewed: datetime | None
     transitions: int
     version: str = ""
+    #: Where the holder takes forwarded calls (``host:port`` of its mutual-TLS listener); ""
+    #: when it takes none or the Lease is released.
+    address: str = ""
 
     @property
     def seen_as(self) -> tuple[str, datetime | None, str]:
@@ -54,16 +57,23 @@ def next_step(record: LeaseRecord | None, me: str, unchanged_for_s: float) -> St
 
 
 def claim(
-    step: Step, record: LeaseRecord | None, me: str, now: datetime, duration_s: int
+    step: Step,
+    record: LeaseRecord | None,
+    me: str,
+    now: datetime,
+    duration_s: int,
+    *,
+    address: str = "",
 ) -> LeaseRecord:
     """The record to write for ``step`` (not FOLLOW); a replace carries ``record``'s version, so
-    that of two bridges taking over at once only one succeeds."""
+    that of two bridges taking over at once only one succeeds. ``address``: where this bridge
+    takes the calls its followers forward."""
     if step is Step.FOLLOW:
         raise ValueError("a follower writes nothing")
     if step is Step.CREATE or record is None:
-        return LeaseRecord(me, duration_s, now, now, 0)
+        return LeaseRecord(me, duration_s, now, now, 0, address=address)
     if step is Step.RENEW:
-        return replace(record, duration_s=duration_s, renewed=now)
+        return replace(record, duration_s=duration_s, renewed=now, address=address)
     return replace(
         record,
         holder=me,
@@ -71,12 +81,13 @@ def claim(
         acquired=now,
         renewed=now,
         transitions=record.transitions + 1,
+        address=address,
     )
 
 
 def released(record: LeaseRecord) -> LeaseRecord:
     """The record a leader writes when it stops: no holder, so the other takes over at once."""
-    return replace(record, holder="")
+    return replace(record, holder="", address="")
 
 
 @dataclass(frozen=True)
@@ -90,3 +101,4 @@ class LeaderState:
     leading: bool = False
     since: datetime | None = None  # the leader's acquireTime
     transitions: int = 0  # the Lease's leaseTransitions: failovers so far
+    leader_address: str = ""  # where the leader takes forwarded calls; "" none

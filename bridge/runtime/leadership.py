@@ -64,9 +64,12 @@ class Leadership:
         observer: Callable[[LeaderState], object] = lambda _state: None,
         clock: Callable[[], float] = boot_clock,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        address: str = "",
     ) -> None:
         self.leases = leases
         self.identity = identity
+        #: Published on the Lease while this bridge leads: where followers forward the hooks.
+        self.address = address
         self.duration_s = duration_s
         self.retry_s = retry_s
         #: Stop writing this long after a renewal started: two thirds of the Lease's duration.
@@ -120,6 +123,7 @@ class Leadership:
                 leading=self._leading_locked(),
                 since=record.acquired if record is not None else None,
                 transitions=record.transitions if record is not None else 0,
+                leader_address=record.address if record is not None else "",
             )
 
     # -- the loop --------------------------------------------------------------------------
@@ -161,7 +165,9 @@ class Leadership:
                 self._record = record
             self._after_step()
             return
-        wanted = claim(step, record, self.identity, self._now(), self.duration_s)
+        wanted = claim(
+            step, record, self.identity, self._now(), self.duration_s, address=self.address
+        )
         try:
             saved = (
                 self.leases.create(wanted) if step is Step.CREATE else self.leases.replace(wanted)

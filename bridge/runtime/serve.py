@@ -15,11 +15,12 @@ from types import FrameType
 from bridge import __version__
 from bridge.adapters.kubernetes import PodGateway
 from bridge.adapters.slurm.cli import SlurmCli, read_slurm_user
-from bridge.api import TlsServerFiles, build_server
+from bridge.api import LeaderForwarder, TlsServerFiles, build_server
 from bridge.api.peer_gate import resolve_uids, user_name
 from bridge.domain.disruption_budget import render_disruption_budgets
 from bridge.errors import BridgeError, ConfigError
 from bridge.metrics import BridgeMetrics, MetricsServer
+from bridge.rpc.tls import TlsFiles
 from bridge.runtime.config_reload import ConfigReloader
 from bridge.runtime.fencing import FencedPods, FencedSlurm
 from bridge.runtime.leadership import Leadership
@@ -132,6 +133,7 @@ def elect(config: BridgeConfig, pods: PodGateway, metrics: BridgeMetrics) -> Lea
         duration_s=k8s.lease_duration_s,
         retry_s=k8s.lease_retry_s,
         observer=metrics.leadership,
+        address=config.bridge.forward_address(),
     )
 
 
@@ -207,6 +209,12 @@ def start(config: BridgeConfig) -> Bridge:
     metrics_server = (
         metrics.serve(config.bridge.metrics_address) if config.bridge.metrics_address else None
     )
+    # A follower forwards the hooks' calls to the leader with its own certificate (issue 32).
+    forwarder = (
+        LeaderForwarder(TlsFiles(*tls), config.kubernetes.identity())
+        if leadership is not None and tls is not None
+        else None
+    )
     server = build_server(
         service,
         allowed_uids=allowed_caller_uids(config),
@@ -218,6 +226,7 @@ def start(config: BridgeConfig) -> Bridge:
         tls=tls,
         metrics=metrics,
         leader=leadership,
+        forwarder=forwarder,
     )
     server.start()
     watcher = PodWatcher(pods, reconciler, cache=cache, metrics=metrics)

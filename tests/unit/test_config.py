@@ -385,6 +385,16 @@ def named(text: str) -> str:
             "bridge.yaml:10: bridge.tcp_listen: must be a string, got 7000",
         ),
         (
+            named(HEAD + POOL + "bridge:\n  advertise_address: bridge-a.example\n"),
+            "bridge.yaml:10: bridge.advertise_address: must be host:port, got "
+            "'bridge-a.example'",
+        ),
+        (
+            named(HEAD + POOL + "bridge:\n  advertise_address: bridge-a.example:7000\n"),
+            "bridge.yaml:10: bridge.advertise_address: other bridges forward to this address "
+            "over mutual TLS: set tcp_listen, tls_cert, tls_key and tls_client_ca",
+        ),
+        (
             HEAD + POOL + "cluster_name: Prod_1\n",
             "bridge.yaml:9: cluster_name: 'Prod_1' is not a DNS-1123 label (lower-case letters, "
             "digits and '-', starting and ending with a letter or digit)",

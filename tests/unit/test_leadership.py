@@ -50,6 +50,11 @@ def test_claims() -> None:
     theirs = record("b", version="7", transitions=2)
     assert claim(Step.TAKE_OVER, theirs, "a", now, 20) == LeaseRecord("a", 20, now, now, 3, "7")
     assert released(ours).holder == ""
+    # The address is the writer's, every write; a released Lease names none.
+    here = claim(Step.RENEW, replace(ours, address="old:1"), "a", now, 15, address="a:7000")
+    assert here.address == "a:7000"
+    assert claim(Step.TAKE_OVER, theirs, "a", now, 15, address="a:7000").address == "a:7000"
+    assert released(here).address == ""
     with pytest.raises(ValueError, match="writes nothing"):
         claim(Step.FOLLOW, theirs, "a", now, 15)
 
@@ -290,6 +295,12 @@ def test_the_lease_s_json_round_trips() -> None:
         "renewTime": "2026-12-06T01:02:03.456789Z",
     }
     assert _record(manifest) == lease
+    # The holder's address rides on an annotation; a record without one writes none.
+    addressed = replace(lease, address="ctl-a.example:7000")
+    assert _manifest("skb-lab", addressed)["metadata"]["annotations"] == {
+        "slurm-k8s-bridge.io/leader-address": "ctl-a.example:7000"
+    }
+    assert _record(_manifest("skb-lab", addressed)) == addressed
     # Released: no holder on the wire; read back as "".
     assert "holderIdentity" not in _manifest("skb-lab", released(lease))["spec"]
     assert _record({"metadata": {}, "spec": {}}) == LeaseRecord("", 1, None, None, 0, "")

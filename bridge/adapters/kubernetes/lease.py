@@ -19,6 +19,8 @@ from bridge.adapters.kubernetes.json_bytes import send_json
 from bridge.domain.leadership import LeaseRecord
 
 _GROUP_PATH = "/apis/coordination.k8s.io/v1"
+#: The holder's address for forwarded calls: the Lease's spec has no field for it.
+ADDRESS_ANNOTATION = "slurm-k8s-bridge.io/leader-address"
 
 
 class LeaseGateway:
@@ -67,6 +69,9 @@ def _manifest(name: str, record: LeaseRecord) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": name}
     if record.version:
         metadata["resourceVersion"] = record.version
+    # A replace writes the whole object: without an address the annotation goes.
+    if record.address:
+        metadata["annotations"] = {ADDRESS_ANNOTATION: record.address}
     spec: dict[str, Any] = {
         "leaseDurationSeconds": record.duration_s,
         "leaseTransitions": record.transitions,
@@ -111,4 +116,5 @@ def _record(lease: dict[str, Any]) -> LeaseRecord:
         renewed=_parse_time(spec.get("renewTime")),
         transitions=transitions if isinstance(transitions, int) else 0,
         version=str(metadata.get("resourceVersion") or ""),
+        address=str((metadata.get("annotations") or {}).get(ADDRESS_ANNOTATION) or ""),
     )
