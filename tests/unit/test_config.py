@@ -386,8 +386,7 @@ def named(text: str) -> str:
         ),
         (
             named(HEAD + POOL + "bridge:\n  advertise_address: bridge-a.example\n"),
-            "bridge.yaml:10: bridge.advertise_address: must be host:port, got "
-            "'bridge-a.example'",
+            "bridge.yaml:10: bridge.advertise_address: must be host:port, got 'bridge-a.example'",
         ),
         (
             named(HEAD + POOL + "bridge:\n  advertise_address: bridge-a.example:7000\n"),
