@@ -349,7 +349,7 @@ def _describe_failure(e: Exception) -> tuple[str, str]:
     if isinstance(e, ImportError):
         # A broken install is, to Slurm, as bad as no bridge: the nodes must not wait.
         return "HookBroken", f"{type(e).__name__}: {e}"
-    from bridge.errors import ConfigError  # noqa: PLC0415 (already imported by _send)
+    from bridge.errors import ConfigError, NotLeader  # noqa: PLC0415 (imported by _send)
     from bridge.rpc.client import (  # noqa: PLC0415
         BridgeNoAnswer,
         BridgeUnreachable,
@@ -359,6 +359,8 @@ def _describe_failure(e: Exception) -> tuple[str, str]:
         return "BridgeNoAnswer", str(e)
     if isinstance(e, BridgeUnreachable):
         return "BridgeUnreachable", str(e)
+    if isinstance(e, NotLeader):
+        return "NotLeader", str(e)
     cause = e.__cause__
     if isinstance(e, ConfigError) and isinstance(cause, OSError) and cause.filename:
         # bridge.rpc.tls could not read a PEM file: say which and why, without Python's repr().
@@ -375,6 +377,10 @@ def _on_failure(call: HookCall, settings: HookSettings, failure: str, detail: st
         # The bridge may hold the call: failing the nodes would fight pods it is creating. Its
         # reconciler finishes the resume from POWERING_UP once it answers; else ResumeTimeout.
         return "none:left-powering-up-for-the-reconciler"
+    if failure == "NotLeader":
+        # Mid-failover: whichever bridge leads next finishes the resume from POWERING_UP (its
+        # first pass re-reads Slurm); if none does, ResumeTimeout fails the nodes.
+        return "none:left-powering-up-for-the-next-leader"
     from bridge.domain.reason import our_reason  # noqa: PLC0415
 
     scontrol = os.path.join(settings.slurm_bin, "scontrol")

@@ -21,7 +21,13 @@ import grpc
 from bridge.domain.circuit import PoolBreakerStatus
 from bridge.domain.leadership import LeaderState
 from bridge.domain.results import NodeResult, NodeStatus
-from bridge.errors import BridgeError, CallerNotAllowed, InvalidInput, TransientBackendError
+from bridge.errors import (
+    BridgeError,
+    CallerNotAllowed,
+    InvalidInput,
+    NotLeader,
+    TransientBackendError,
+)
 from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
 from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
 from bridge.rpc.tls import TlsFiles, read_tls_files
@@ -223,15 +229,23 @@ class BridgeClient:
                 time.sleep(pause)
 
 
+def _text(value: str | bytes) -> str:
+    """A metadata value: grpcio gives text for a key without the ``-bin`` suffix."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
 def _error_from_rpc(e: grpc.RpcError, target: str, attempts: int) -> BridgeError:
     """Translate a failed call into the bridge's error hierarchy."""
     code = e.code()
     details = e.details() or code.name
-    from_bridge = any(m.key == ERROR_METADATA_KEY for m in (e.trailing_metadata() or ()))
+    markers = [_text(m.value) for m in e.trailing_metadata() or () if m.key == ERROR_METADATA_KEY]
+    from_bridge = bool(markers)
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return InvalidInput(details)
     if code == grpc.StatusCode.PERMISSION_DENIED:
         return CallerNotAllowed(details)
+    if code == grpc.StatusCode.UNAVAILABLE and NotLeader.__name__ in markers:
+        return NotLeader(details)
     if code == grpc.StatusCode.UNAVAILABLE and from_bridge:
         return TransientBackendError(details)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):

@@ -129,6 +129,11 @@ func onFailure(call hookCall, s settings, failure, detail string) string {
 		// reconciler finishes the resume from POWERING_UP once it answers; else ResumeTimeout.
 		return "none:left-powering-up-for-the-reconciler"
 	}
+	if failure == kindNotLeader {
+		// Mid-failover: whichever bridge leads next finishes the resume from POWERING_UP (its
+		// first pass re-reads Slurm); if none does, ResumeTimeout fails the nodes.
+		return "none:left-powering-up-for-the-next-leader"
+	}
 	argv := []string{
 		filepath.Join(s.slurmBin, "scontrol"), "update", "nodename=" + call.hostlist,
 		"state=down", "reason=" + ourReason(failure, detail),

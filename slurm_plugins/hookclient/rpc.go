@@ -39,6 +39,9 @@ const attempts = 3
 const (
 	kindUnreachable = "BridgeUnreachable" // the bridge could not be reached at all
 	kindNoAnswer    = "BridgeNoAnswer"    // sent, no answer: the bridge may have acted on it
+	// No bridge leads (leader election, mid-failover): the next leader's reconciler creates the
+	// pods of nodes left POWERING_UP, so a resume must not fail them.
+	kindNotLeader = "NotLeader"
 )
 
 // callError is a whole-call failure: its class (BridgeUnreachable, InvalidInput, ...) and message.
@@ -46,13 +49,14 @@ type callError struct{ class, message string }
 
 func (e *callError) Error() string { return e.class + ": " + e.message }
 
-// describeFailure gives the reason kind and the detail logged: BridgeUnreachable and
-// BridgeNoAnswer as themselves, any other failure as BridgeFailed with `<class>: <message>`.
+// describeFailure gives the reason kind and the detail logged: BridgeUnreachable,
+// BridgeNoAnswer and NotLeader as themselves, any other failure as BridgeFailed with
+// `<class>: <message>`.
 func describeFailure(err error) (string, string) {
 	var ce *callError
 	if errors.As(err, &ce) {
 		switch ce.class {
-		case kindNoAnswer, kindUnreachable:
+		case kindNoAnswer, kindUnreachable, kindNotLeader:
 			return ce.class, ce.message
 		}
 		return "BridgeFailed", ce.class + ": " + ce.message
@@ -79,6 +83,8 @@ type rpcFailure struct {
 	code       codes.Code
 	message    string
 	fromBridge bool
+	// bridgeError: the bridge's error class, as its marker says (NotLeader, ...); "" unmarked.
+	bridgeError string
 	// served: the bridge sent HTTP/2 bytes on some connection of the attempt. A connection counts
 	// as made only once the server's SETTINGS arrive; before that, the bridge is unreachable (a
 	// refused socket, or a TLS 1.3 client certificate the bridge rejects after the handshake).
@@ -100,6 +106,8 @@ func classify(f rpcFailure, target string, attempt int) *callError {
 		return &callError{"InvalidInput", details}
 	case f.code == codes.PermissionDenied:
 		return &callError{"CallerNotAllowed", details}
+	case f.code == codes.Unavailable && f.fromBridge && f.bridgeError == kindNotLeader:
+		return &callError{kindNotLeader, details}
 	case f.code == codes.Unavailable && f.fromBridge:
 		return &callError{"TransientBackendError", details}
 	case f.code == codes.Unavailable || f.code == codes.DeadlineExceeded:
@@ -287,11 +295,15 @@ func attempt1(
 		return results, nil
 	}
 	st := status.Convert(err)
-	_, fromBridge := trailer[errorMetadataKey]
+	marker, fromBridge := trailer[errorMetadataKey]
+	bridgeError := ""
+	if len(marker) > 0 {
+		bridgeError = marker[0]
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	return nil, &rpcFailure{code: st.Code(), message: st.Message(), fromBridge: fromBridge,
-		served: served.Load(), dialErr: dialErr, dialAddr: dialAddr}
+		bridgeError: bridgeError, served: served.Load(), dialErr: dialErr, dialAddr: dialAddr}
 }
 
 // servedCreds notes in served when the bridge sends anything after the (TLS) handshake.

@@ -89,6 +89,9 @@ class Script:
     code: grpc.StatusCode | None = None
     details: str = ""
     from_bridge: bool = True  # set the skb-error trailing metadata on an error
+    #: The marker's value, the bridge's error class (the servicer's type(exc).__name__); ""
+    #: for the status code's name.
+    error_class: str = ""
     sleep_s: float = 0.0
 
 
@@ -107,7 +110,8 @@ class ScriptedBridge(pb_grpc.BridgeServicer):
             time.sleep(s.sleep_s)
         if s.code is not None:
             if s.from_bridge:
-                context.set_trailing_metadata(((ERROR_METADATA_KEY, s.code.name),))
+                marker = s.error_class or s.code.name
+                context.set_trailing_metadata(((ERROR_METADATA_KEY, marker),))
             context.abort(s.code, s.details)
         hostlist = str(fields.get("hostlist", ""))
         results = s.results
@@ -518,6 +522,35 @@ CONTRACT: tuple[Row, ...] = (
         sent=(resume("c1"),) * 3,
         scontrol=down("c1", "k8s: BridgeFailed: TransientBackendError: kubernetes unreachable"),
         bridge=Script(code=grpc.StatusCode.UNAVAILABLE, details="kubernetes unreachable"),
+    ),
+    Row(
+        # Leader election mid-failover: retried like any UNAVAILABLE, then the nodes are left
+        # POWERING_UP for the next leader's reconciler, not set DOWN.
+        "no-leader-leaves-the-resume-to-the-next-leader",
+        ("resume", "c1"),
+        1,
+        "resume request_id=<rid> hostlist=c1 result=NotLeader "
+        'error="ResumeNodes: this bridge (b) does not lead" '
+        "action=none:left-powering-up-for-the-next-leader elapsed_ms=N",
+        sent=(resume("c1"),) * 3,
+        bridge=Script(
+            code=grpc.StatusCode.UNAVAILABLE,
+            details="ResumeNodes: this bridge (b) does not lead",
+            error_class="NotLeader",
+        ),
+    ),
+    Row(
+        "no-leader-on-a-suspend",
+        ("suspend", "c1"),
+        1,
+        "suspend request_id=<rid> hostlist=c1 result=NotLeader "
+        'error="SuspendNodes: this bridge (b) does not lead" action=none elapsed_ms=N',
+        sent=(("SuspendNodes", {"hostlist": "c1"}),) * 3,
+        bridge=Script(
+            code=grpc.StatusCode.UNAVAILABLE,
+            details="SuspendNodes: this bridge (b) does not lead",
+            error_class="NotLeader",
+        ),
     ),
     Row(
         "bridge-error-not-retried",
