@@ -143,7 +143,10 @@ def take_lead(
     """On taking the lead the bridge re-reads everything before it acts: a fresh list of its pods
     replaces the watch's cache (a leader resumed after a pause must not act on the view it had
     before), the pools' disruption budgets are ensured, and a pass is poked (passes read Slurm
-    afresh)."""
+    afresh). The list adopts, as a restart's does: the previous leader created the pods since
+    this bridge's own first list, and they are the cluster's (a pod left out would be a node
+    with no pod under its job)."""
+    pods.provenance.adopt_again()
     listed, version = pods.list_pods()
     cache.replace(listed, version)
     ensure_disruption_budgets(config, pods)

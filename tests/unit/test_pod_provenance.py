@@ -90,7 +90,12 @@ class UidOf:
     uid: str
 
 
-Step = Create | Listed | Admits | UidOf
+@dataclass(frozen=True)
+class TookTheLead:
+    """Leader election: this bridge takes over from another (the next list adopts)."""
+
+
+Step = Create | Listed | Admits | UidOf | TookTheLead
 
 
 def view(seen: Seen, create_ids: dict[str, str]) -> PodView:
@@ -222,6 +227,20 @@ def view(seen: Seen, create_ids: dict[str, str]) -> PodView:
             ],
             id="a-new-pod-of-ours-takes-the-name-over",
         ),
+        pytest.param(
+            [
+                Listed((), ()),
+                # The leader created cpu-0 after this follower's first list: not ours, yet.
+                Admits(Seen("cpu-0", "u-0"), False),
+                TookTheLead(),
+                Listed((Seen("cpu-0", "u-0"), Seen("cpu-1", "u-9", node="cpu-2")), ("u-0",)),
+                Admits(Seen("cpu-0", "u-0"), True),
+                UidOf("cpu-0", "u-0"),
+                # Only the list right after taking the lead adopts.
+                Listed((Seen("cpu-0", "u-0"), Seen("cpu-3", "u-3")), ("u-0",)),
+            ],
+            id="taking-the-lead-adopts-the-previous-leaders-pods",
+        ),
     ],
 )
 def test_which_pods_are_ours(steps: Sequence[Step]) -> None:
@@ -238,6 +257,8 @@ def test_which_pods_are_ours(steps: Sequence[Step]) -> None:
                 assert provenance.admits(view(seen, create_ids)) is expected, step
             case UidOf(name, uid):
                 assert provenance.uid_of(name) == uid, step
+            case TookTheLead():
+                provenance.adopt_again()
 
 
 def test_each_create_id_is_fresh_and_unguessable() -> None:

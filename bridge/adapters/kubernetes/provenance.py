@@ -11,7 +11,9 @@ bridge's when
   API server assigns and nobody can choose; or
 - it was there when this bridge started (its first list): the pods of the bridge before a
   restart or an upgrade. A pod that squats a powered-down node's name while the bridge is down
-  is taken too, and then deleted as the stray pod of a node Slurm has not resumed.
+  is taken too, and then deleted as the stray pod of a node Slurm has not resumed; or
+- it was there when this bridge took the lead (leader election): the pods the previous leader
+  created are the cluster's, under running jobs. A bridge taking over is a restart for them.
 
 Everything else is left alone (never deleted, never used) and named once in the log. Kept in
 memory only: a restart re-adopts what is there, which is why the first list adopts.
@@ -59,6 +61,12 @@ class PodProvenance:
         """Whether the first list is still to come (until then, no pod found is known)."""
         with self._lock:
             return self._adopting
+
+    def adopt_again(self) -> None:
+        """The next list adopts, as the first did: this bridge takes over from another whose
+        pods it did not create (leader election)."""
+        with self._lock:
+            self._adopting = True
 
     def adopt(self, pods: list[PodView]) -> list[PodView]:
         """The first list since the bridge started: every pod named after its node is ours.

@@ -1,12 +1,19 @@
-"""Two real bridges in a leader election: the hooks call the follower (the bridge beside the
-controller that happens to be primary) and the leader acts (issue 32 item 2).
+"""Two real bridges in a leader election (issue 32), both the ground's install and user
+(tests/e2e/test_two_bridges.py's TwinBridge) for a cluster of their own (``twin``, the stray
+node), each with a Unix socket and a mutual-TLS listener on loopback, electing on one Lease:
 
-Both are the ground's install and user (tests/e2e/test_two_bridges.py's TwinBridge), for a
-cluster of their own (``twin``, the stray node), each with a Unix socket and a mutual-TLS
-listener on loopback, electing on one Lease. A resume and a suspend sent to the follower's
-socket reach the leader: its log has the caller's request id, the pod appears and goes, and
-the follower wrote nothing. The same two bridges with ``advertise_address`` unset and no TCP
-listener would answer UNAVAILABLE (tests/unit/test_forwarding.py).
+- the hooks call the follower (the bridge beside the controller that happens to be primary) and
+  the leader acts: a resume and a suspend sent to the follower's socket reach the leader, whose
+  log has the caller's request id; the pod appears and goes; the follower wrote nothing;
+- the leader is SIGKILLed under a running job: the other takes over within the Lease's
+  duration, adopts the pod the dead one created, and leaves the job alone; the killed one,
+  restarted, follows; the new leader stops cleanly and the first leads again (fail back), the
+  job still running on the same pod. Before adoption on taking the lead, the new leader did not
+  own that pod (it was created after its first list), saw a busy node without a pod and failed
+  it (``k8s: PodMissing``) under the job.
+
+The ground's own bridge answers UNKNOWN_NODE for the stray node (no pool of its) when
+slurmctld's hook calls it; the twins' reconcilers create its pod.
 """
 
 from __future__ import annotations
@@ -14,15 +21,17 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import signal
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.cluster import pods, reset_nodes, wait_for
+from tests.cluster import pods, reset_nodes, submit_as_job_user, wait_for
 from tests.conftest import ProvingGround
-from tests.e2e.test_two_bridges import B_NODE, TwinBridge
+from tests.e2e.test_two_bridges import B_NODE, WATCH_S, TwinBridge, assert_untouched, running
 from tests.unit.mutual_tls import write_pki
 
 from bridge.domain.results import Outcome  # isort: skip
@@ -90,10 +99,19 @@ def electors(proving_ground: ProvingGround, bridge_tmp: Path) -> Iterator[dict[s
         bridges["ctl-b"].start()
         yield bridges
     finally:
-        for bridge in bridges.values():
-            bridge.stop()
-        pg.kubectl("-n", "slurm", "delete", "lease", LEASE, "--ignore-not-found", check=False)
+        # The leader removes its pod once Slurm powers the node down (the ground's bridge
+        # refuses that suspend: not its node).
         reset_nodes(pg, B_NODE)
+        try:
+            wait_for(f"the pod {B_NODE} deleted", lambda: B_NODE not in pods(pg) or None, 40, 1)
+        finally:
+            for bridge in bridges.values():
+                bridge.stop()
+            pg.kubectl("-n", "slurm", "delete", "lease", LEASE, "--ignore-not-found", check=False)
+            pg.kubectl(
+                "-n", "slurm", "delete", "pod", B_NODE, "--ignore-not-found", "--grace-period=0",
+                "--force", "--wait=false", check=False,
+            )  # fmt: skip
 
 
 def test_the_follower_s_hook_calls_are_the_leader_s_work(
@@ -112,3 +130,32 @@ def test_the_follower_s_hook_calls_are_the_leader_s_work(
         assert f"request_id={rid} hostlist={B_NODE} nodes=1" in leader.text(), leader.text()
         assert f"request_id={rid} hostlist={B_NODE} forwarded_to=ctl-a" in follower.text()
     assert _holder(pg) == "ctl-a"
+
+
+def test_a_leader_killed_under_a_job_leaves_the_job_to_the_next_and_takes_it_back(
+    proving_ground: ProvingGround, electors: dict[str, TwinBridge]
+) -> None:
+    pg = proving_ground
+    first, second = electors["ctl-a"], electors["ctl-b"]
+    job = submit_as_job_user(
+        pg, "-p", "stray", "-w", B_NODE, "--output=/dev/null", "--wrap", "sleep 300"
+    )
+    uid = wait_for(f"job {job} on {B_NODE}", running(pg, job, B_NODE), 90, every=1)
+    assert first.process is not None
+    killed = time.monotonic()
+    os.kill(first.process.pid, signal.SIGKILL)
+    wait_for("ctl-b to lead", lambda: _holder(pg) == "ctl-b" or None, 4 * DURATION_S, every=0.5)
+    print(f"takeover after SIGKILL of the leader: {time.monotonic() - killed:.1f}s")
+    time.sleep(WATCH_S)  # the new leader's passes (every 2 s) over the busy node
+    assert_untouched(pg, {B_NODE: job}, {B_NODE: uid})
+
+    first.start()  # restarted: ctl-b holds the Lease, so it follows
+    time.sleep(2 * DURATION_S)
+    assert _holder(pg) == "ctl-b"
+    back = time.monotonic()
+    second.stop()  # a clean stop releases the Lease: ctl-a leads within a retry period
+    wait_for("ctl-a to lead again", lambda: _holder(pg) == "ctl-a" or None, 4 * DURATION_S)
+    print(f"fail back after ctl-b stopped: {time.monotonic() - back:.1f}s")
+    time.sleep(WATCH_S)
+    assert_untouched(pg, {B_NODE: job}, {B_NODE: uid})
+    assert "PodMissing" not in first.text() + second.text()
