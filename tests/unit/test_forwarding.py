@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from bridge.api import BridgeServer, LeaderForwarder, TlsServerFiles, build_serv
 from bridge.api.forwarding import FORWARDED_BY
 from bridge.domain.leadership import LeaderState
 from bridge.domain.results import ErrorClass, NodeResult, Outcome
-from bridge.errors import InvalidInput, NotLeader
+from bridge.errors import CallerNotAllowed, InvalidInput, NotLeader
 from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2 as pb
 from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
 from bridge.rpc.client import BridgeClient, TlsFiles
@@ -65,17 +66,18 @@ def _tls_server(pki: Path) -> TlsServerFiles:
     return TlsServerFiles(str(pki / "server.pem"), str(pki / "server.key"), str(pki / "ca.pem"))
 
 
-@pytest.fixture
-def pair(pki: Path, tmp_path: Path) -> Iterator[Pair]:
-    """The leader (a-host) on 127.0.0.1 with mutual TLS, admitting the follower's certificate
-    (DNS SAN localhost); the follower (b-host) forwarding with that certificate."""
+@contextmanager
+def started_pair(pki: Path, tmp_path: Path, leader_admits: frozenset[str]) -> Iterator[Pair]:
+    """The leader (a-host) on 127.0.0.1 with mutual TLS, admitting client certificates named
+    ``leader_admits``; the follower (b-host) forwarding with its certificate (DNS SAN
+    localhost)."""
     leader_fake, follower_fake = FakeUseCases(), FakeUseCases()
     leader = build_server(
         leader_fake,
         unix_socket=None,
         tcp_listen="127.0.0.1:0",
         tls=_tls_server(pki),
-        allowed_client_names=frozenset({"localhost"}),
+        allowed_client_names=leader_admits,
         leader=Seat(leading=True, leader_address="unused"),
     )
     leader.start()
@@ -92,10 +94,19 @@ def pair(pki: Path, tmp_path: Path) -> Iterator[Pair]:
         forwarder=forwarder,
     )
     follower.start()
-    yield Pair(leader_fake, follower_fake, leader, follower_socket, seat, pki)
-    follower.stop(None)
-    leader.stop(None)
-    forwarder.close()
+    try:
+        yield Pair(leader_fake, follower_fake, leader, follower_socket, seat, pki)
+    finally:
+        follower.stop(None)
+        leader.stop(None)
+        forwarder.close()
+
+
+@pytest.fixture
+def pair(pki: Path, tmp_path: Path) -> Iterator[Pair]:
+    """A leader that admits the follower's certificate."""
+    with started_pair(pki, tmp_path, frozenset({"localhost"})) as started:
+        yield started
 
 
 def _calls(stub: Any) -> dict[str, Callable[[], Any]]:
@@ -186,37 +197,13 @@ def test_a_forwarded_call_is_never_forwarded_again(pair: Pair) -> None:
 def test_the_leader_pins_the_follower_s_certificate(pki: Path, tmp_path: Path) -> None:
     """A follower whose certificate names are not in the leader's tls_client_names is refused
     there, and the refusal reaches the hook."""
-    leader_fake = FakeUseCases()
-    leader = build_server(
-        leader_fake,
-        unix_socket=None,
-        tcp_listen="127.0.0.1:0",
-        tls=_tls_server(pki),
-        allowed_client_names=frozenset({"slurmctld"}),
-        leader=Seat(leading=True),
-    )
-    leader.start()
-    forwarder = LeaderForwarder(
-        TlsFiles(str(pki / "server.pem"), str(pki / "server.key"), str(pki / "ca.pem")), "b-host"
-    )
-    sock = tmp_path / "f.sock"
-    follower = build_server(
-        FakeUseCases(),
-        unix_socket=str(sock),
-        leader=Seat(leading=False, leader_address=f"127.0.0.1:{leader.tcp_port}"),
-        forwarder=forwarder,
-    )
-    follower.start()
-    try:
-        with BridgeClient(f"unix:{sock}", timeout_s=5.0) as c, pytest.raises(Exception) as info:
-            c.suspend_nodes("c1")
-        assert "tls_client_names" in str(info.value)
-        assert type(info.value).__name__ == "CallerNotAllowed"
-    finally:
-        follower.stop(None)
-        leader.stop(None)
-        forwarder.close()
-    assert leader_fake.calls == []
+    with (
+        started_pair(pki, tmp_path, frozenset({"slurmctld"})) as refused,
+        BridgeClient(f"unix:{refused.follower_socket}", timeout_s=5.0) as c,
+        pytest.raises(CallerNotAllowed, match="tls_client_names"),
+    ):
+        c.suspend_nodes("c1")
+    assert refused.leader_fake.calls == []
 
 
 def test_the_leader_handles_its_own_calls(pair: Pair) -> None:
