@@ -18,6 +18,12 @@ endif
 ifdef AUTH
 export SKB_AUTH := $(AUTH)
 endif
+# HA=1 (make up, demo, test): a primary and a backup slurmctld (the backup on a host of its own,
+# dev/proving_ground/backup_host.py), each with a bridge electing a leader; one controller when
+# unset. With munge only.
+ifdef HA
+export SKB_HA := $(HA)
+endif
 PYTEST_ARGS ?=
 
 .PHONY: help deps venv hook-client build up down status lint typecheck proto check test unit demo bench chaos clean image

@@ -17,7 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "dev"))
 
-from proving_ground import ground, layout, slurm  # noqa: E402
+from proving_ground import backup_host, ground, layout, slurm  # noqa: E402
+from proving_ground.processes import State  # noqa: E402
 
 #: The tiers, one directory each; a test's marker is its directory's name (`pytest -m unit`).
 TIERS = ("unit", "tooling", "integration", "e2e")
@@ -46,6 +47,8 @@ _KUBECTL_VIEWS = (
     ("get", "events", "-A", "--sort-by=.lastTimestamp"),
 )
 _LOG_TAILS = {"bridge.log": 60, "slurmctld.log": 40}
+#: With two controllers (HA=1), the backup host's too.
+_BACKUP_LOG_TAILS = {"bridge-backup.log": 60, "slurmctld-backup.log": 40}
 
 
 @pytest.hookimpl(wrapper=True)
@@ -58,8 +61,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def _ground_at_failure() -> str:
     where = layout.Layout.default()
-    if not ground.healthy(where):
+    if not where.state_file.exists():
         return "the proving ground is not up"
+    # Also when some daemon is down (a test may have killed it): what still answers tells.
     pg = ProvingGround(where)
     views: list[tuple[str, Callable[[], str]]] = [
         *((" ".join(argv), lambda argv=argv: pg.slurm(*argv, check=False, timeout=10))
@@ -69,13 +73,14 @@ def _ground_at_failure() -> str:
                                         .splitlines()[-30:]))
           for argv in _KUBECTL_VIEWS),
     ]  # fmt: skip
-    parts = []
+    parts = [] if ground.healthy(where) else ["(some daemon of the ground is not running)"]
     for title, show in views:
         try:
             parts.append(f"$ {title}\n{show()}")
         except (OSError, subprocess.TimeoutExpired) as error:
             parts.append(f"$ {title}: {error}")
-    for name, lines in _LOG_TAILS.items():
+    tails = {**_LOG_TAILS, **(_BACKUP_LOG_TAILS if backup_host.running_ha(State(where)) else {})}
+    for name, lines in tails.items():
         path = where.logs / name
         try:
             tail = path.read_text(errors="replace").splitlines()[-lines:]
@@ -170,6 +175,8 @@ def proving_ground() -> Iterator[ProvingGround]:
         started_here
         or (wanted and wanted != slurm.running_series(where))
         or (wanted_auth and wanted_auth != slurm.running_auth(where))
+        # `make test HA=1`, or a ground left with two controllers by `make up HA=1`
+        or backup_host.wanted_from_env() != backup_host.running_ha(State(where))
     ):
         ground.up(where)
     yield ProvingGround(where)

@@ -11,7 +11,7 @@ import os
 import pwd
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from . import bridge_install, kube
@@ -177,10 +177,10 @@ def _readable_by_bridge_user(path: Path) -> bool:
     return all(allows(p, 1) for p in resolved.parents) and allows(resolved, 4)
 
 
-def _socket_answers() -> bool:
+def _socket_answers(path: str | Path = BRIDGE_SOCKET) -> bool:
     with socket.socket(socket.AF_UNIX) as s:
         s.settimeout(1)
-        s.connect(BRIDGE_SOCKET)
+        s.connect(str(path))
     return True
 
 
@@ -189,11 +189,16 @@ def start_bridge(
     state: State,
     config: Path | None = None,
     env_overrides: Mapping[str, str] | None = None,
+    *,
+    name: str = "bridge",
+    launch: Callable[[list[str]], list[str]] | None = None,
 ) -> int:
     """Start the shipped unit's ``slurm-k8s-bridge serve`` as the bridge's user (with ``config``
     instead of dev/bridge.yaml; ``env_overrides`` win over the ground's ``SKB_*`` settings,
     which win over any file). ``config`` must be readable by that user: not under pytest's
-    tmp_path (0700 root's), see tests.cluster.bridge_readable_dir."""
+    tmp_path (0700 root's), see tests.cluster.bridge_readable_dir. ``name`` and ``launch``
+    (the argv that runs the unit's on another host) start a bridge of another host
+    (:mod:`.backup_host`)."""
     chosen = config or bridge_config_path(layout)
     if not _readable_by_bridge_user(chosen):
         raise ProvingGroundError(
@@ -205,21 +210,37 @@ def start_bridge(
     write_hooks_env(layout)
     bridge_install.ensure_installed(layout)
     installed = bridge_install.sources_digest(layout.root)
-    if state.running("bridge") is not None and state.data.get(_INSTALL_KEY) != installed:
+    key = _INSTALL_KEY if name == "bridge" else f"{_INSTALL_KEY}:{name}"
+    if state.running(name) is not None and state.data.get(key) != installed:
         # `make up` on a running ground after a change: the running bridge is the old wheel's.
-        print(f"    the bridge: restarting it on the new install (sources {installed})", flush=True)
-        stop_daemon(state, "bridge")
-    state.data[_INSTALL_KEY] = installed
+        print(f"    {name}: restarting it on the new install (sources {installed})", flush=True)
+        stop_daemon(state, name)
+    state.data[key] = installed
     state.save()
+    argv = bridge_argv(layout, config, env_overrides)
     pid = start_daemon(
         state,
-        "bridge",
-        bridge_argv(layout, config, env_overrides),
+        name,
+        launch(argv) if launch is not None else argv,
         log_dir=layout.logs,
         env={**os.environ, "PYTHONPATH": str(layout.root / "dev")},
         cwd=layout.root,
     )
-    wait_until("bridge socket", _socket_answers, timeout_s=60, log_path=layout.logs / "bridge.log")
+    # Through the process's own mount namespace: another host's socket is its own. Only once
+    # the unit's program runs (`serve`): until then, a launcher making that namespace sees
+    # this host's socket (another bridge's) at the same path.
+    where = Path(f"/proc/{pid}/root") / Path(BRIDGE_SOCKET).relative_to("/")
+
+    def answers() -> bool:
+        serving = b"serve" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        return serving and _socket_answers(where)
+
+    wait_until(
+        f"{name} socket",
+        answers,
+        timeout_s=60,
+        log_path=layout.logs / f"{name}.log",
+    )
     return pid
 
 

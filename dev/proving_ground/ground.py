@@ -9,9 +9,14 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
-from . import bridge_daemon, kube, network, pki, slurm, slurm_series
+import yaml
+
+from . import backup_host, bridge_daemon, kube, network, pki, slurm, slurm_series
 from .layout import (
+    BACKUP_HOST,
+    BACKUP_IP,
     BRIDGE_NAME,
     GROUND_RUN,
     HOST_IP,
@@ -129,10 +134,15 @@ def _write_env_file(layout: Layout, series: str) -> None:
     )
 
 
+def _daemons(state: State) -> tuple[str, ...]:
+    """What runs: with two controllers, the backup host's daemons too."""
+    return DAEMONS + (backup_host.BACKUP_DAEMONS if backup_host.running_ha(state) else ())
+
+
 def healthy(layout: Layout) -> bool:
     """Every daemon we start is running (so a test session can reuse it)."""
     state = State(layout)
-    return all(state.running(name) is not None for name in DAEMONS)
+    return all(state.running(name) is not None for name in _daemons(state))
 
 
 def _leave_series(layout: Layout, state: State, series: str, auth: str) -> None:
@@ -154,19 +164,37 @@ def _leave_series(layout: Layout, state: State, series: str, auth: str) -> None:
             )  # fmt: skip
 
 
-def up(layout: Layout, series: str | None = None, auth: str | None = None) -> None:
+def _check_ha(auth: str) -> None:
+    if auth != slurm_series.AUTH_MUNGE:
+        raise ProvingGroundError(
+            f"HA=1 (a backup controller) runs with munge only, not {auth}: auth/slurm's sack "
+            "socket, in the Slurm root's /run, would be shared by both controllers here"
+        )
+
+
+def up(
+    layout: Layout, series: str | None = None, auth: str | None = None, ha: bool | None = None
+) -> None:
     """Start what is not running (idempotent) with Slurm ``series`` (default: ``SKB_SLURM``,
-    else the default series) and ``auth`` (default: ``SKB_AUTH``, else munge); a ground of
-    another series or authentication switches its Slurm side."""
+    else the default series) and ``auth`` (default: ``SKB_AUTH``, else munge), and with ``ha``
+    a backup controller host (default: ``SKB_HA=1``, else one controller); a ground of another
+    series, authentication or controller count switches its Slurm side and bridges."""
     started = time.monotonic()
     series = series or slurm_series.series_from_env()
     auth = auth or slurm_series.auth_from_env()
+    ha = backup_host.wanted_from_env() if ha is None else ha
     slurm_series.check_auth(series, auth)
+    if ha:
+        _check_ha(auth)
     check_prerequisites()
     layout.local.mkdir(parents=True, exist_ok=True)
     state = State(layout)
     if slurm.switching_series(state, series, auth) and state.running("slurmctld"):
         _leave_series(layout, state, series, auth)
+    if backup_host.running_ha(state) != ha:
+        # The bridges' configurations differ (leader election, TLS, both controllers).
+        for name in (*backup_host.BACKUP_DAEMONS, "bridge"):
+            stop_daemon(state, name)
     if pki.ca_outdated(layout.pki) and state.running("kube-apiserver"):
         # Every daemon holds certificates of the old CA: a new PKI needs a fresh start.
         log.warning("the cluster CA is replaced (no keyUsage): stopping the ground first")
@@ -184,6 +212,7 @@ def up(layout: Layout, series: str | None = None, auth: str | None = None) -> No
     with Step(f"pod network (bridge {HOST_IP})"):
         network.ensure_bridge(state)
         network.write_cni_config(layout.cni_conf_dir, layout.cni_ipam_dir)
+    _backup_host(layout, state, ha)
     with Step("control plane: etcd, kube-apiserver, controller-manager, scheduler"):
         kube.start_control_plane(layout, state)
     with Step(f"cluster DNS: coredns on {HOST_IP}:53"):
@@ -193,21 +222,52 @@ def up(layout: Layout, series: str | None = None, auth: str | None = None) -> No
         kube.start_kube_proxy(layout, state)
     with Step(f"simulated nodes: kwok x{len(KWOK_NODES)}"):
         kube.start_kwok(layout, state)
-    with Step(f"Slurm {series} ({auth}): munged, mariadb, slurmdbd, slurmctld, slurmd"):
-        slurm.start_slurm(layout, state, series, auth)
+    controllers = "slurmctld and its backup" if ha else "slurmctld"
+    with Step(f"Slurm {series} ({auth}): munged, mariadb, slurmdbd, {controllers}, slurmd"):
+        slurm.start_slurm(layout, state, series, auth, ha)
     with Step("waiting for the real node to be Ready"):
         kube.wait_real_node(layout)
-    with Step("the bridge: ServiceAccount, RBAC, key Secrets, slurm-k8s-bridge serve"):
-        bridge_daemon.ensure_credentials(layout)
-        bridge_daemon.start_bridge(layout, state)
+    _start_bridges(layout, state, ha)
     print(summary(layout))
     print(f"proving ground up in {time.monotonic() - started:.1f}s")
+
+
+def _backup_host(layout: Layout, state: State, ha: bool) -> None:
+    """The backup controller host made with ``ha``, else removed if there is one."""
+    if ha:
+        with Step(f"backup controller host {BACKUP_HOST} ({BACKUP_IP})"):
+            backup_host.ensure_host(layout, state)
+    elif backup_host.running_ha(state) or BACKUP_HOST in state.created("netns"):
+        with Step(f"removing the backup controller host {BACKUP_HOST}"):
+            backup_host.remove_host(layout, state)
+
+
+def _start_bridges(layout: Layout, state: State, ha: bool) -> None:
+    """The bridge; with ``ha`` one on each controller host, electing a leader."""
+    with Step("the bridge: ServiceAccount, RBAC, key Secrets, slurm-k8s-bridge serve"):
+        bridge_daemon.ensure_credentials(layout)
+        if not ha:
+            bridge_daemon.start_bridge(layout, state)
+            return
+        configs = backup_host.write_bridge_configs(layout, _bridge_yaml(layout))
+        bridge_daemon.start_bridge(layout, state, configs[backup_host.primary_host()])
+    with Step("the backup host's bridge (leader election on a Lease, forwarding over TLS)"):
+        backup_host.start_bridge(layout, state, configs[BACKUP_HOST])
+        state.data[backup_host.MODE_KEY] = 2
+        state.save()
+
+
+def _bridge_yaml(layout: Layout) -> dict[str, Any]:
+    data = yaml.safe_load(slurm.bridge_config_path(layout).read_text())
+    if not isinstance(data, dict):
+        raise ProvingGroundError(f"{slurm.bridge_config_path(layout)}: not a mapping")
+    return data
 
 
 def summary(layout: Layout) -> str:
     state = State(layout)
     rows = []
-    for name in DAEMONS:
+    for name in _daemons(state):
         pid = state.running(name)
         entry = state.processes.get(name, {})
         rows.append(
@@ -305,6 +365,7 @@ def down(layout: Layout) -> None:
                 timeout_s=120,
             )
     with Step("stopping daemons (by recorded PID)"):
+        backup_host.remove_host(layout, state)  # its daemons, netns and directories
         for name in reversed(DAEMONS):
             stop_daemon(state, name)
         _kill_our_shims(layout)
@@ -353,11 +414,12 @@ def leftovers(layout: Layout) -> dict[str, list[str]]:
     state = State(layout)
     before = set(state.data.get("netns_before", []))
     return {
-        "processes": [n for n in DAEMONS if state.running(n)],
+        "processes": [n for n in DAEMONS + backup_host.BACKUP_DAEMONS if state.running(n)],
         "mounts": network.mounts_under(
             layout.kubelet_root, layout.containerd_state, layout.containerd_root, Path(GROUND_RUN)
         ),
         "interfaces": [BRIDGE_NAME] if network.bridge_exists() else [],
-        "netns": sorted(_netns() - before),
+        "netns": sorted(_netns() - before)
+        + [name for name in (BACKUP_HOST,) if Path("/run/netns", name).exists()],
         "iptables": network.kube_chains(),
     }

@@ -42,6 +42,19 @@ JOB_USER = "skb-alice"
 SLURMDBD_PORT = 6819
 #: MariaDB of our own for slurmdbd, on loopback only (not 3306: a site's own database may be).
 MARIADB_PORT = 3317
+#: Two controllers (``make up HA=1``, :mod:`.backup_host`): the backup host's name (and network
+#: namespace) and address on the pod bridge, below the pods' range (.10-.250).
+BACKUP_HOST = "skb-ctl-b"
+BACKUP_IP = "10.213.0.2"
+#: How long the backup slurmctld waits for a silent primary before it takes over (Slurm's
+#: default, 120 s, is a site's; short here so that a test sees the takeover).
+BACKUP_SLURMCTLD_TIMEOUT_S = 10
+#: What each controller host keeps of its own (the backup host binds its copy over it, and a
+#: Slurm root binds the caller's): with two controllers, SlurmctldPidFile's directory (in the
+#: shared StateSaveLocation each slurmctld would find the other's PID, and signals the PID it
+#: finds there at its start).
+HOST_LOCAL_RUN = "/run/skb-host"
+HA_PID_DIR = f"{HOST_LOCAL_RUN}/slurmctld"
 #: The cluster's DNS domain; CoreDNS serves it on HOST_IP for the real node's pods.
 CLUSTER_DOMAIN = "cluster.local"
 

@@ -42,7 +42,7 @@ def _subject(cn: str, org: str) -> str:
     return f"/CN={cn}" + (f"/O={org}" if org else "")
 
 
-def _issue(pki: Path, name: str, subject: str, extensions: str) -> None:
+def issue(pki: Path, name: str, subject: str, extensions: str) -> None:
     key, csr, crt, ext = (pki / f"{name}{s}" for s in (".key", ".csr", ".crt", ".ext"))
     run(["openssl", "genrsa", "-out", str(key), "2048"])
     key.chmod(0o600)
@@ -123,14 +123,14 @@ def ensure_pki(pki: Path) -> None:
                 f"IP:{KUBERNETES_SERVICE_IP}",
             ]
         )
-        _issue(
+        issue(
             pki,
             "apiserver",
             "/CN=kube-apiserver",
             f"subjectAltName={sans}\nextendedKeyUsage=serverAuth\n",
         )
     if not (pki / "kubelet-serving.crt").exists():
-        _issue(
+        issue(
             pki,
             "kubelet-serving",
             f"/CN={REAL_NODE}",
@@ -139,7 +139,7 @@ def ensure_pki(pki: Path) -> None:
         )
     for name, (cn, org) in CLIENTS.items():
         if not (pki / f"{name}.crt").exists():
-            _issue(pki, name, _subject(cn, org), "extendedKeyUsage=clientAuth\n")
+            issue(pki, name, _subject(cn, org), "extendedKeyUsage=clientAuth\n")
     if not (pki / "sa.key").exists():
         run(["openssl", "genrsa", "-out", str(pki / "sa.key"), "2048"])
         run(["openssl", "rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub")])

@@ -15,7 +15,11 @@ from typing import Any
 
 from . import accounting, bridge_install, slurm_series
 from .layout import (
+    BACKUP_HOST,
+    BACKUP_IP,
+    BACKUP_SLURMCTLD_TIMEOUT_S,
     GROUND_RUN,
+    HA_PID_DIR,
     HOST_IP,
     MUNGE_SOCKET,
     SLURM_USER,
@@ -90,19 +94,24 @@ def controller_lines(
     cluster: str,
     port: int,
     state_dir: Path,
-    log_dir: Path,
+    log_dir: Path | None,
     slurmd_timeout: int,
     auth: str = slurm_series.AUTH_MUNGE,
     slurm_user: str = "root",
     accounting_port: int | None = None,
     cgroups: bool = False,
+    backup: str | None = None,
+    slurmctld_timeout: int | None = None,
+    pid_file: Path | None = None,
 ) -> list[str]:
     """The site part of a slurm.conf for a slurmctld of ours on this host (the ground's, and any
     other whole 22.05 cluster of ours such as dev/bench/chaos.py's): ``auth`` (munge on our own
     socket by default), state and logs where given, Slurm's simplest plugins; slurmctld drops to
     ``slurm_user``, and with ``accounting_port`` records jobs in the slurmdbd listening there;
     ``cgroups`` confines jobs as sites do (cgroup.conf: :func:`render_cgroup_conf`), else
-    Slurm's simplest plugins track them."""
+    Slurm's simplest plugins track them. Without ``log_dir``, slurmctld logs to its stderr.
+    ``backup`` (``name(address)``) is a second SlurmctldHost, taking over after
+    ``slurmctld_timeout``; ``pid_file`` then is host-local (default: in the state directory)."""
     host = socket.gethostname().split(".")[0]
     accounting = (
         [
@@ -119,6 +128,8 @@ def controller_lines(
         header,
         f"ClusterName={cluster}",
         f"SlurmctldHost={host}({HOST_IP})",
+        *([f"SlurmctldHost={backup}"] if backup else []),
+        *([f"SlurmctldTimeout={slurmctld_timeout}"] if slurmctld_timeout else []),
         f"SlurmctldPort={port}",
         "SlurmdPort=6818",
         f"SlurmUser={slurm_user}",
@@ -127,8 +138,8 @@ def controller_lines(
         f"StateSaveLocation={state_dir / 'state'}",
         "SlurmdSpoolDir=/var/spool/slurmd",
         # In the state directory: the one SlurmUser may write.
-        f"SlurmctldPidFile={state_dir / 'state' / 'slurmctld.pid'}",
-        f"SlurmctldLogFile={log_dir / 'slurmctld.log'}",
+        f"SlurmctldPidFile={pid_file or state_dir / 'state' / 'slurmctld.pid'}",
+        *([f"SlurmctldLogFile={log_dir / 'slurmctld.log'}"] if log_dir is not None else []),
         "SlurmctldDebug=info",
         *(
             [
@@ -168,11 +179,13 @@ def render_slurm_conf(
     layout: Layout,
     series: str = slurm_series.HOST_SERIES,
     auth: str = slurm_series.AUTH_MUNGE,
+    ha: bool = False,
 ) -> str:
     """The site's own slurm.conf, as it exists before the bridge: its controller, accounting,
     a static node that a real slurmd serves (:data:`STATIC_NODE`, not the bridge's), the stray
     CLOUD nodes the tests use, and at its end the ``Include`` of the bridge's fragment
-    (:func:`render_fragment`)."""
+    (:func:`render_fragment`); with ``ha``, the backup controller host's slurmctld too
+    (proving_ground.backup_host)."""
     options = render_options(series)
     timing = {
         "SuspendTime": options["suspend_time"],
@@ -185,12 +198,17 @@ def render_slurm_conf(
             cluster=CLUSTER,
             port=SLURMCTLD_PORT,
             state_dir=layout.slurm,
-            log_dir=layout.logs,
+            # Two controllers share this slurm.conf: each logs to its stderr, which the ground
+            # keeps per daemon (.local/logs/slurmctld.log, slurmctld-backup.log).
+            log_dir=None if ha else layout.logs,
             slurmd_timeout=SLURMD_TIMEOUT,
             auth=auth,
             slurm_user=SLURM_USER,
             accounting_port=SLURMDBD_PORT,
             cgroups=True,
+            backup=f"{BACKUP_HOST}({BACKUP_IP})" if ha else None,
+            slurmctld_timeout=BACKUP_SLURMCTLD_TIMEOUT_S if ha else None,
+            pid_file=Path(HA_PID_DIR) / "slurmctld.pid" if ha else None,
         ),
         # Job users exist only on this host: slurmstepd answers the pods' NSS lookups for them
         # (the slurmd image carries libnss_slurm; deploy/images/slurmd/README.md).
@@ -205,7 +223,8 @@ def render_slurm_conf(
         # The bridge's entries in the site's own list-valued lines: the fragment names them
         # and does not set them, so an edit here is in force after a reconfigure.
         *site_list_lines(layout, series),
-        f"NodeName={STATIC_NODE} NodeAddr=127.0.0.1 Port={STATIC_PORT} CPUs=1 RealMemory=512 "
+        # On the pod bridge's gateway: either controller host reaches it there.
+        f"NodeName={STATIC_NODE} NodeAddr={HOST_IP} Port={STATIC_PORT} CPUs=1 RealMemory=512 "
         "State=UNKNOWN",
         f"PartitionName=static Nodes={STATIC_NODE} MaxTime=INFINITE State=UP",
         # CLOUD nodes no bridge pool owns: the bridge must refuse them, loudly (tests use them).
@@ -405,9 +424,14 @@ def switching_series(state: State, series: str, auth: str | None = None) -> bool
 
 
 def start_slurm(
-    layout: Layout, state: State, series: str | None = None, auth: str | None = None
+    layout: Layout,
+    state: State,
+    series: str | None = None,
+    auth: str | None = None,
+    ha: bool = False,
 ) -> None:
-    """munged and slurmctld of Slurm ``series`` with ``auth`` (default: what the ground last ran).
+    """munged and slurmctld of Slurm ``series`` with ``auth`` (default: what the ground last ran);
+    with ``ha``, the backup host's slurmctld too (proving_ground.backup_host).
 
     munged runs with auth/slurm too (unused there, harmless): the ground's health is every
     daemon of :data:`ground.DAEMONS` running, whatever the authentication."""
@@ -426,6 +450,7 @@ def start_slurm(
     fresh_accounting = switching_series(state, series, auth)
     if fresh_accounting:
         stop_daemon(state, "slurmd-static")
+        stop_daemon(state, "slurmctld-backup")
         stop_daemon(state, "slurmctld")
         # slurmdbd of the old series or authentication goes too; its database follows below.
         stop_daemon(state, "slurmdbd")
@@ -447,13 +472,14 @@ def start_slurm(
     pools = load_config(str(bridge_config_path(layout))).pools
     ensure_hosts_entries([*pools.all_nodes(), *expand(STRAY_NODES)])
     files = {
-        layout.slurm_conf: render_slurm_conf(layout, series, auth),
+        layout.slurm_conf: render_slurm_conf(layout, series, auth, ha),
         fragment_path(layout): render_fragment(layout, series),
         cgroup_conf_path(layout): render_cgroup_conf(cgroup_version()),
     }
     if any(path.exists() and path.read_text() != text for path, text in files.items()):
         # Power saving and node lines are read at start-up: restart rather than reconfigure.
         stop_daemon(state, "slurmd-static")
+        stop_daemon(state, "slurmctld-backup")
         stop_daemon(state, "slurmctld")
     for path, text in files.items():
         path.write_text(text)
@@ -465,6 +491,34 @@ def start_slurm(
         accounting.drop_database()
     accounting.start_slurmdbd(layout, state, programs, auth, env)
     accounting.ensure_associations(programs, env, CLUSTER)
+    _start_slurmctld(layout, state, programs, env)
+    if ha:
+        _start_backup(layout, state, programs, env)
+    start_static_node(layout, state, programs, env)
+
+
+def _start_backup(
+    layout: Layout, state: State, programs: slurm_series.SlurmPrograms, env: dict[str, str]
+) -> None:
+    """The backup host's slurmctld, once the primary's state on disk is whole."""
+    # A backup recovers what the primary saved; a slurmctld that never saved in full (the
+    # first periodic save comes minutes after a start from no state) leaves no
+    # assoc_usage, and the backup stops at its takeover ("fatal: No Assoc usage file ...
+    # to recover", seen). A site's primary has saved long ago; ours, fresh, stops once
+    # (SIGTERM saves everything) and starts again.
+    if not (layout.slurm / "state" / "assoc_usage").exists():
+        stop_daemon(state, "slurmctld")
+        _start_slurmctld(layout, state, programs, env)
+    # Imported here: it imports the bridge's module, which imports this one.
+    from . import backup_host
+
+    scontrol = programs.client("scontrol")
+    backup_host.start_slurmctld(layout, state, list(programs.slurmctld), scontrol, env)
+
+
+def _start_slurmctld(
+    layout: Layout, state: State, programs: slurm_series.SlurmPrograms, env: dict[str, str]
+) -> None:
     start_daemon(
         state,
         "slurmctld",
@@ -480,7 +534,6 @@ def start_slurm(
         timeout_s=60,
         log_path=layout.logs / "slurmctld.log",
     )
-    start_static_node(layout, state, programs, env)
 
 
 def _slurm_user_owns(layout: Layout, programs: slurm_series.SlurmPrograms) -> None:

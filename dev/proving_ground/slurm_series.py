@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .layout import GROUND_RUN, Layout
+from .layout import GROUND_RUN, HOST_LOCAL_RUN, Layout
 from .processes import ProvingGroundError
 
 #: Slurm series -> the Debian suite that packages it.
@@ -53,7 +53,8 @@ CLIENTS = (
 )  # fmt: skip
 #: Directories bound into the root at the same path (files: /etc/hosts, see _enter_script).
 _SHARED_DIRS = (
-    "/run/slurm-k8s-bridge", GROUND_RUN, "/tmp", "/var/lib/slurm-k8s-bridge/shared",  # noqa: S108
+    "/run/slurm-k8s-bridge", GROUND_RUN, HOST_LOCAL_RUN, "/tmp",  # noqa: S108
+    "/var/lib/slurm-k8s-bridge/shared",
 )  # fmt: skip
 #: Files bound into the root: the CLOUD names, and the users and groups (SlurmUser, the bridge's
 #: user and the job users are this host's; the root's own /etc/passwd does not know them).
