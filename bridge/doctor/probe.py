@@ -216,6 +216,9 @@ def _slurm_checks(config: BridgeConfig) -> list[Check]:
     s = config.slurm
     cli = SlurmCli(bin_dir=s.bin_dir, timeout_s=s.command_timeout_s, conf=s.conf, attempts=1)
     try:
+        # Every node, unlike the bridge's passes (the pools' only): doctor runs once, by hand,
+        # and how many nodes slurmctld lists at all tells "slurm.conf lacks the pools' nodes"
+        # from "slurmctld shows no node to us" (check_slurm names both counts).
         nodes = cli.list_nodes()
         settings = cli.show_config()
     except BridgeError as e:

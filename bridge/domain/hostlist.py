@@ -319,6 +319,29 @@ def compress(names: Iterable[str]) -> str:
     comma, whitespace, non-ASCII, or a numeric suffix of 2**64 or more or of more than
     :data:`MAX_DIGITS` digits cannot round-trip, so it raises :class:`HostlistError`.
     """
+    return _render(_sorted_ranges(names))
+
+
+def compress_within(names: Iterable[str], max_chars: int) -> list[str]:
+    """:func:`compress` cut into hostlists of at most ``max_chars`` characters each, for a
+    command line (one argument may hold 128 kB on Linux): one when it fits, else Slurm's sorted
+    order cut in halves until each half fits, so neighbours stay in one range. Each name is in
+    exactly one of them; a single range longer than ``max_chars`` stands alone. Raises as
+    :func:`compress` does."""
+    return _render_within(_sorted_ranges(names), max_chars)
+
+
+def is_hostlist_name(name: str) -> bool:
+    """Whether a hostlist can carry ``name`` (what :func:`compress` refuses, it cannot)."""
+    try:
+        _check_name(name)
+    except HostlistError:
+        return False
+    return True
+
+
+def _sorted_ranges(names: Iterable[str]) -> list[_HostRange]:
+    """The deduplicated names as Slurm's sorted, collapsed ranges (``hostlist_uniq``)."""
     ranges: list[_HostRange] = []
     for name in dict.fromkeys(names):
         _check_name(name)
@@ -327,6 +350,11 @@ def compress(names: Iterable[str]) -> str:
     for i in range(len(ranges) - 1, 0, -1):  # hostlist_collapse: join neighbours, right to left
         if _joinable(ranges[i - 1], ranges[i]):
             ranges[i - 1].hi = ranges.pop(i).hi
+    return ranges
+
+
+def _render(ranges: list[_HostRange]) -> str:
+    """Sorted, collapsed ranges as ``hostlist_ranged_string`` prints them."""
     parts: list[str] = []
     i = 0
     while i < len(ranges):
@@ -338,6 +366,16 @@ def compress(names: Iterable[str]) -> str:
         parts.append(f"{first.prefix}[{numbers}]" if bracket else first.prefix + numbers)
         i = j
     return ",".join(parts)
+
+
+def _render_within(ranges: list[_HostRange], max_chars: int) -> list[str]:
+    if not ranges:
+        return []
+    text = _render(ranges)
+    if len(text) <= max_chars or len(ranges) == 1:
+        return [text]
+    half = len(ranges) // 2
+    return _render_within(ranges[:half], max_chars) + _render_within(ranges[half:], max_chars)
 
 
 def _check_name(name: str) -> None:

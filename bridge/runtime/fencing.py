@@ -47,9 +47,9 @@ class FencedSlurm:
         self._fence("scontrol update Comment")
         self._slurm.set_node_comment(names, comment)
 
-    def set_job_admin_comment(self, job_id: int, comment: str) -> None:
+    def set_jobs_admin_comment(self, job_ids: Sequence[int], comment: str) -> None:
         self._fence("scontrol update AdminComment")
-        self._slurm.set_job_admin_comment(job_id, comment)
+        self._slurm.set_jobs_admin_comment(job_ids, comment)
 
 
 class FencedPods:

@@ -9,7 +9,7 @@ they do not hold capacity until ResumeTimeout. What to do per job is
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from bridge.domain.hostlist import compress
 from bridge.domain.job_failure import (
@@ -39,12 +39,12 @@ class JobAwareFailure:
     def cloud_nodes(
         self, nodes: Sequence[str], snapshot: Sequence[SlurmNode] | None = None
     ) -> list[str]:
-        """Those of ``nodes`` Slurm lists as CLOUD in ``snapshot``, or in a listing read now
-        when there is none (only failure paths pay for it)."""
+        """Those of ``nodes`` Slurm lists as CLOUD in ``snapshot``, or, when there is none, as
+        read now (those nodes only)."""
         if not nodes:
             return []
         try:
-            listed = self.slurm.list_nodes() if snapshot is None else snapshot
+            listed = self.slurm.list_nodes(nodes) if snapshot is None else snapshot
             cloud = {n.name for n in listed if n.is_cloud}
         except BridgeError as e:
             # Unsure what they are: leave Slurm alone; the reconciler tries again next pass.
@@ -78,6 +78,29 @@ class JobAwareFailure:
             return False
         return True
 
+    def mark_down_groups(
+        self,
+        pools: PoolSet,
+        groups: Mapping[tuple[Reason, str], Sequence[str]],
+        snapshot: Sequence[SlurmNode] | None,
+    ) -> list[tuple[Reason, list[str]]]:
+        """Set each group DOWN, one Slurm write per (reason, admin's reason) key, minding the
+        jobs of fail-fasts (:meth:`mark_down_failing_jobs`): with several fail-fast reasons,
+        their jobs are read once for all of them, not once a reason. ``snapshot``: as for
+        :meth:`mark_down_failing_jobs`. Returns the groups whose DOWN Slurm took."""
+        every_down = [n for nodes in groups.values() for n in nodes]
+        fail_fasts = [nodes for (reason, _), nodes in groups.items() if reason.is_fail_fast]
+        jobs = None
+        if len(fail_fasts) > 1 and snapshot is not None:
+            jobs = self.jobs_for(pools, [n for nodes in fail_fasts for n in nodes], snapshot)
+        taken: list[tuple[Reason, list[str]]] = []
+        for (reason, admin_reason), nodes in groups.items():
+            if self.mark_down_failing_jobs(
+                pools, nodes, reason, every_down, snapshot, admin_reason=admin_reason, jobs=jobs
+            ):
+                taken.append((reason, list(nodes)))
+        return taken
+
     def mark_down_failing_jobs(
         self,
         pools: PoolSet,
@@ -94,9 +117,10 @@ class JobAwareFailure:
         nodes still powering up released, so they do not hold capacity until ResumeTimeout.
         ``pools``: whose nodes may be released. ``failing``: nodes the same pass sets DOWN for
         another reason (never released). ``snapshot``: Slurm's nodes as the caller read them
-        (a reconcile pass's), else they are read again. ``admin_reason``: see :meth:`mark_down`
-        (the jobs' AdminComment still gets ours). ``jobs``: the jobs on ``nodes`` and the nodes
-        powering up, read once for every reason of a pass (:meth:`jobs_for`); else read here."""
+        (a reconcile pass's; it must hold the pools' nodes), else the pools' nodes are read.
+        ``admin_reason``: see :meth:`mark_down` (the jobs' AdminComment still gets ours).
+        ``jobs``: the jobs on ``nodes`` and the nodes powering up, read once for every reason
+        of a pass (:meth:`jobs_for`); else read here."""
         if not nodes or not reason.is_fail_fast:
             return self.mark_down(nodes, reason, admin_reason)
         failed_jobs = self._failing_jobs(pools, nodes, reason, snapshot, jobs)
@@ -142,7 +166,8 @@ class JobAwareFailure:
         DOWN still goes ahead: it alone requeues the jobs)."""
         try:
             if snapshot is None:
-                snapshot = self.slurm.list_nodes()
+                # The only nodes a failed job's plan looks at: those a pool owns.
+                snapshot = self.slurm.list_nodes(pools.all_nodes())
             if jobs is None:
                 jobs = self.slurm.jobs_on_nodes(_with_starting(pools, nodes, snapshot))
             # Inside the try: a job's hostlist Slurm printed may still be one we cannot expand.
@@ -157,19 +182,24 @@ class JobAwareFailure:
             return []
 
     def _set_admin_comments(self, failed_jobs: Sequence[FailedJob], reason: str) -> set[int]:
-        """Put ``reason`` in each job's AdminComment where it is ours to write; the jobs set."""
-        done = set()
+        """Put ``reason`` in each job's AdminComment where it is ours to write, in one Slurm
+        write for all of them; the jobs set."""
+        ours = []
         for job in failed_jobs:
-            if not job.set_comment:
-                log.info("job %s: AdminComment is an admin's; not replaced", job.job_id)
-                continue
-            try:
-                self.slurm.set_job_admin_comment(job.job_id, reason)
-            except BridgeError as e:
-                log.warning("job %s: AdminComment not set: %s", job.job_id, e)
+            if job.set_comment:
+                ours.append(job.job_id)
             else:
-                done.add(job.job_id)
-        return done
+                log.info("job %s: AdminComment is an admin's; not replaced", job.job_id)
+        if not ours:
+            return set()
+        try:
+            self.slurm.set_jobs_admin_comment(ours, reason)
+        except BridgeError as e:
+            # Slurm went on past a job it refused (the error names it): the others may have
+            # their comment after all, but none is counted as set.
+            log.warning("job %s: AdminComment not set: %s", ",".join(map(str, ours)), e)
+            return set()
+        return set(ours)
 
     def _still_releasable(self, candidates: Sequence[str], failing_ids: set[int]) -> list[str]:
         """The candidates no other job took since they were chosen, read again after the DOWN

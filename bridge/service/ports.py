@@ -32,7 +32,8 @@ class CordonLister(Protocol):
 class SlurmPort(Protocol):
     """What the service needs from Slurm (``bridge.adapters.slurm.cli.SlurmCli``)."""
 
-    def list_nodes(self, names: Sequence[str] | None = None) -> list[SlurmNode]: ...
+    def list_nodes(self, names: Sequence[str] | None = None) -> list[SlurmNode]:
+        """Every node Slurm knows; with ``names``, those of them it knows (others left out)."""
 
     def update_nodes(
         self, names: Sequence[str], *, state: str, reason: str | None = None
@@ -44,7 +45,7 @@ class SlurmPort(Protocol):
 
     def jobs_on_nodes(self, names: Sequence[str]) -> list[SlurmJob]: ...
 
-    def set_job_admin_comment(self, job_id: int, comment: str) -> None: ...
+    def set_jobs_admin_comment(self, job_ids: Sequence[int], comment: str) -> None: ...
 
 
 class PodPort(Protocol):

@@ -197,9 +197,13 @@ class SlurmReadAsText:
     def __init__(self, series: str, bin_dir: Path) -> None:
         self._argv = [str(bin_dir / LISTING_ARGV[series][0]), *LISTING_ARGV[series][1:]]
 
-    def list_nodes(self) -> list[SlurmNode]:
+    def list_nodes(self, names: Sequence[str] | None = None) -> list[SlurmNode]:
         out = subprocess.run(self._argv, capture_output=True, text=True, check=True).stdout
-        return slurm_json.parse_nodes(json.loads(out), " ".join(self._argv))
+        nodes = slurm_json.parse_nodes(json.loads(out), " ".join(self._argv))
+        if names is None:
+            return nodes
+        wanted = set(names)  # the stub lists every node; a pass asks for the pool's, all of them
+        return [n for n in nodes if n.name in wanted]
 
     def __getattr__(self, name: str) -> Any:
         raise AssertionError(f"steady state should not call slurm.{name}")

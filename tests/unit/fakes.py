@@ -72,12 +72,14 @@ class FakeSlurm:
         self.state_errors: dict[str, BackendError | InvalidInput] = {}
         #: The jobs ``jobs_on_nodes`` answers from: those that touch one of the names.
         self.jobs: dict[int, SlurmJob] = {}
-        #: Raised by ``jobs_on_nodes`` / ``set_job_admin_comment`` (every call) when set.
+        #: Raised by ``jobs_on_nodes`` / ``set_jobs_admin_comment`` (every call) when set.
         self.jobs_error: BackendError | None = None
         self.comment_error: BackendError | None = None
         self.jobs_reads: list[tuple[str, ...]] = []
-        #: How many times the node table was listed (each is a full scontrol call at a site).
+        #: How many times the node table was read, whole or by name.
         self.node_reads = 0
+        #: How many times every node was listed (1.5 s and 25 MB at a 10,000-node site).
+        self.full_reads = 0
         #: The names of each filtered ``list_nodes(names)`` call.
         self.filtered_reads: list[tuple[str, ...]] = []
 
@@ -85,7 +87,9 @@ class FakeSlurm:
         self.node_reads += 1
         if names is not None:
             self.filtered_reads.append(tuple(names))
-            return [self.nodes[n] for n in names if n in self.nodes]
+            # As scontrol does: each name once, a name Slurm does not know left out.
+            return [self.nodes[n] for n in dict.fromkeys(names) if n in self.nodes]
+        self.full_reads += 1
         return list(self.nodes.values())
 
     def update_nodes(self, names: Sequence[str], *, state: str, reason: str | None = None) -> None:
@@ -121,11 +125,12 @@ class FakeSlurm:
         wanted = set(names)
         return [job for job in self.jobs.values() if not wanted.isdisjoint(job.node_names)]
 
-    def set_job_admin_comment(self, job_id: int, comment: str) -> None:
-        self.journal.append(f"slurm admincomment {job_id} {comment!r}")
+    def set_jobs_admin_comment(self, job_ids: Sequence[int], comment: str) -> None:
+        self.journal.append(f"slurm admincomment {','.join(map(str, job_ids))} {comment!r}")
         if self.comment_error is not None:
             raise self.comment_error
-        self.jobs[job_id] = dataclasses.replace(self.jobs[job_id], admin_comment=comment)
+        for job_id in job_ids:
+            self.jobs[job_id] = dataclasses.replace(self.jobs[job_id], admin_comment=comment)
 
     def _apply(self, node: SlurmNode, state: str, reason: str | None) -> SlurmNode:
         if state == "down":

@@ -18,7 +18,9 @@ from bridge.domain.hostlist import (
     MAX_PREFIX_CNT,
     MAX_RANGE,
     compress,
+    compress_within,
     expand,
+    is_hostlist_name,
 )
 from bridge.domain.node_names import check_node_name
 from bridge.errors import HostlistError, InvalidInput
@@ -236,6 +238,44 @@ def test_compress(names: list[str], hostlist: str) -> None:
 def test_compress_rejects_names_a_hostlist_cannot_carry(name: str) -> None:
     with pytest.raises(HostlistError, match="not a host name"):
         compress(["ok1", name])
+    assert not is_hostlist_name(name)
+    with pytest.raises(HostlistError, match="not a host name"):
+        compress_within(["ok1", name], 100)
+
+
+@pytest.mark.parametrize("name", ["a1", "cpu-0", "x.y", "gpu_a", "a" + "9" * 19])
+def test_names_a_hostlist_carries(name: str) -> None:
+    assert is_hostlist_name(name)
+
+
+UNCOMPRESSIBLE = [f"node-{chr(97 + i % 26)}{i}x" for i in range(3000)]
+
+COMPRESS_WITHIN = [
+    # Fits: one hostlist, the same as compress().
+    ([], 10, []),
+    (["a2", "a1", "a3"], 6, ["a[1-3]"]),
+    ([f"cpu-{i}" for i in range(20_000)], 100, ["cpu-[0-19999]"]),
+    # Too long: Slurm's sorted order cut in halves, neighbours kept in one range.
+    (["a1", "a3", "b1", "b3"], 12, ["a[1,3]", "b[1,3]"]),
+    (["a1", "a3", "b1", "b3"], 5, ["a1", "a3", "b1", "b3"]),
+    # A single name longer than the limit still goes, alone.
+    (["averylongname", "b1"], 4, ["averylongname", "b1"]),
+]
+
+
+@pytest.mark.parametrize(("names", "max_chars", "hostlists"), COMPRESS_WITHIN)
+def test_compress_within(names: list[str], max_chars: int, hostlists: list[str]) -> None:
+    assert compress_within(names, max_chars) == hostlists
+
+
+@pytest.mark.parametrize("max_chars", [50, 1000, 64 * 1024])
+def test_compress_within_names_each_once_under_the_limit(max_chars: int) -> None:
+    names = [*UNCOMPRESSIBLE, *(f"cpu-{i}" for i in range(500)), UNCOMPRESSIBLE[7]]
+    hostlists = compress_within(names, max_chars)
+    assert all(len(h) <= max_chars for h in hostlists)
+    named = [n for h in hostlists for n in expand(h)]
+    assert sorted(named) == sorted(set(names))
+    assert expand(",".join(hostlists)) == expand(compress(names))  # Slurm's order kept
 
 
 # ---- seeded properties -------------------------------------------------------------------------

@@ -254,7 +254,7 @@ def test_fenced_ports_pass_reads_and_refuse_writes_of_a_follower() -> None:
         lambda: fenced_slurm.update_nodes(["a"], state="down", reason="x"),
         lambda: fenced_slurm.set_node_addresses({"a": "10.0.0.1"}),
         lambda: fenced_slurm.set_node_comment(["a"], "x"),
-        lambda: fenced_slurm.set_job_admin_comment(1, "x"),
+        lambda: fenced_slurm.set_jobs_admin_comment([1], "x"),
     ]
     for write in writes:
         with pytest.raises(NotLeader):

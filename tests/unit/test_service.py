@@ -6,6 +6,7 @@ import dataclasses
 import json
 import logging
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -62,6 +63,10 @@ bridge:
     image: localhost/slurmd:dev
 """
 )
+
+
+#: The nodes of CONFIG's pools, as the service asks Slurm for them.
+POOL_NODES = ("cpu-0", "cpu-1", "cpu-2", "cpu-3", "gpu-0", "gpu-1")
 
 
 def config() -> BridgeConfig:
@@ -236,7 +241,9 @@ def test_resume_batches_the_down_by_reason() -> None:
         Update(("cpu-0", "cpu-2"), "down", "k8s: Forbidden: psa"),
         Update(("cpu-3",), "down", "k8s: Conflict: not ours"),
     ]
-    # One listing serves both reasons: which nodes are CLOUD, and the jobs' other nodes.
+    # One read of the pools' nodes serves both reasons: which nodes are CLOUD, and the jobs'
+    # other nodes.
+    assert w.slurm.filtered_reads == [POOL_NODES]
     assert w.slurm.node_reads == 1
 
 
@@ -250,10 +257,11 @@ def test_a_pass_that_fails_nodes_for_two_reasons_lists_slurm_once() -> None:
         "InvalidImageName",
     }
     assert [u.state for u in w.slurm.updates].count("down") == 2
-    # The pass's own snapshot serves the failure path: no listing per reason; the nodes to set
-    # DOWN are read once more, by name, to see that Slurm still wants them up.
-    assert w.slurm.filtered_reads == [("cpu-0", "cpu-1")]
-    assert w.slurm.node_reads - len(w.slurm.filtered_reads) == 1
+    # The pass reads the pools' nodes; its snapshot serves the failure path: no listing per
+    # reason; the nodes to set DOWN are read once more, by name, to see that Slurm still wants
+    # them up. Never every node of the cluster.
+    assert w.slurm.filtered_reads == [POOL_NODES, ("cpu-0", "cpu-1")]
+    assert w.slurm.node_reads == 2
 
 
 def test_resume_survives_slurm_refusing_the_down(caplog: pytest.LogCaptureFixture) -> None:
@@ -530,10 +538,10 @@ def test_a_pod_created_while_slurm_is_read_is_never_missing() -> None:
     w = World(cloud("cpu-0", "ALLOCATED", "POWERING_UP"))
     listing = w.slurm.list_nodes
 
-    def slow_listing() -> list[SlurmNode]:
+    def slow_listing(names: Sequence[str] | None = None) -> list[SlurmNode]:
         w.pods.add("cpu-0", ip="10.213.0.9")
         w.slurm.nodes["cpu-0"] = cloud("cpu-0", "ALLOCATED")  # registered meanwhile
-        return listing()
+        return listing(names)
 
     w.slurm.list_nodes = slow_listing  # type: ignore[method-assign]
     assert w.service.reconcile_once() == [SetPodSlurmState("cpu-0", "allocated", True)]

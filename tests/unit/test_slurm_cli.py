@@ -6,6 +6,7 @@ daemons live in tests/integration.
 
 from __future__ import annotations
 
+import json
 import shlex
 import time
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from bridge.adapters.slurm.cli import SlurmCli
+from bridge.domain.hostlist import expand
 from bridge.domain.slurm_version import SlurmVersion, SlurmVersionError
 from bridge.errors import BackendError, HostlistError, InvalidInput, TransientBackendError
 from bridge.runtime.serve import log_slurm_version
@@ -118,30 +120,83 @@ def test_list_nodes_uses_scontrol_json_from_23_02(
 
 
 @pytest.mark.parametrize(
-    ("version", "program", "listing", "argv"),
+    ("version", "listing", "names", "argv"),
     [
         (
             VERSION_26,
-            "scontrol",
             V26 / "scontrol-states.json",
+            ["cloud3", "cloud2"],
             "scontrol show nodes cloud[2-3] --json",
         ),
-        # 22.05's sinfo may list more than asked: the adapter keeps only the names asked for.
-        (VERSION_22, "sinfo", V22 / "sinfo-states.json", "sinfo --json --all --nodes=cloud[2-3]"),
+        # A pool may name nodes slurm.conf lacks (cloud9, gpu-x): scontrol skips them, exit 0
+        # (info_node.c); the adapter keeps what it was asked for.
+        (
+            VERSION_24,
+            V24 / "scontrol-states.json",
+            ["cloud3", "gpu-x", "cloud9", "cloud2"],
+            "scontrol show nodes cloud[2-3,9],gpu-x --json",
+        ),
+        # 22.05's sinfo --json ignores --nodes (it lists every node): one listing, no node
+        # list on its command line, kept to the names here.
+        (
+            VERSION_22,
+            V22 / "sinfo-states.json",
+            ["cloud3", "cloud2", "cloud9"],
+            "sinfo --json --all",
+        ),
     ],
-    ids=["26.05", "22.05"],
+    ids=["26.05", "24.11-unknown-names", "22.05"],
 )
 def test_list_nodes_by_name_reads_only_those(
-    fake: FakeSlurm, version: Reply, program: str, listing: Path, argv: str
+    fake: FakeSlurm, version: Reply, listing: Path, names: list[str], argv: str
 ) -> None:
-    replies = {argv.split()[1]: Reply(stdout=listing)}
+    program, first = argv.split()[:2]
+    replies = {first: Reply(stdout=listing)}
     fake.command("scontrol", {"--version": version, **(replies if program == "scontrol" else {})})
     if program != "scontrol":
         fake.command(program, replies)
     cli = _cli(fake)
-    assert [n.name for n in cli.list_nodes(["cloud3", "cloud2"])] == ["cloud2", "cloud3"]
+    assert [n.name for n in cli.list_nodes(names)] == ["cloud2", "cloud3"]
     assert cli.list_nodes([]) == []
     assert fake.calls() == ["|scontrol --version", f"|{argv}"]
+
+
+def test_list_nodes_of_names_slurm_does_not_know_is_empty_not_an_error(
+    fake: FakeSlurm, tmp_path: Path
+) -> None:
+    # What scontrol prints when no name of the list is known (info_node.c: record_count 0;
+    # data_parser's NODES dumper warns "No nodes to dump"): exit 0, an empty "nodes".
+    listing = json.loads((V26 / "scontrol-states.json").read_text())
+    listing.update(nodes=[], warnings=[{"description": "No nodes to dump"}])
+    empty = tmp_path / "none-known.json"
+    empty.write_text(json.dumps(listing))
+    fake.command("scontrol", {"--version": VERSION_26, "show": Reply(stdout=empty)})
+    assert _cli(fake).list_nodes(["gpu-x", "cloud9"]) == []
+    assert fake.calls() == ["|scontrol --version", "|scontrol show nodes cloud9,gpu-x --json"]
+
+
+@pytest.mark.parametrize(
+    ("names", "reads"),
+    [
+        # A pool that compresses is one read however large it is.
+        ([f"cpu-{i}" for i in range(20_000)], 1),
+        # 114 kB of names that do not compress: a read per 64 kB at most, each name in one.
+        ([f"node-{chr(97 + i % 26)}{i}-rack{i % 7}x" for i in range(6000)], 2),
+    ],
+    ids=["compressible", "uncompressible"],
+)
+def test_list_nodes_by_name_keeps_each_node_list_far_under_arg_max(
+    fake: FakeSlurm, names: list[str], reads: int
+) -> None:
+    fake.command(
+        "scontrol",
+        {"--version": VERSION_26, "show": Reply(stdout=V26 / "scontrol-states.json")},
+    )
+    _cli(fake).list_nodes(names)
+    lists = [call.split()[3] for call in fake.calls()[1:]]
+    assert len(lists) == reads
+    assert all(len(node_list) <= 64 * 1024 for node_list in lists)
+    assert sorted(n for node_list in lists for n in expand(node_list)) == sorted(names)
 
 
 def test_list_nodes_uses_sinfo_on_22_05(fake: FakeSlurm) -> None:
@@ -443,16 +498,35 @@ def test_jobs_read_while_slurmctld_is_unreachable_is_retried(fake: FakeSlurm, se
     assert len(fake.calls()) == 2
 
 
-def test_admin_comment_is_one_argument(fake: FakeSlurm, tmp_path: Path) -> None:
+def test_admin_comment_is_one_argument_for_all_jobs(fake: FakeSlurm, tmp_path: Path) -> None:
     script = fake.bin_dir / "scontrol"
     script.write_text(
         f'#!/bin/sh\necho "$#" > {tmp_path / "argc"}\nprintf "%s\\n" "$@" > {tmp_path / "argv"}\n'
     )
     script.chmod(0o755)
-    _cli(fake).set_job_admin_comment(7, "k8s: Forbidden: e2e: cpu-1 may not run; $(x)")
+    _cli(fake).set_jobs_admin_comment([7, 12, 7], "k8s: Forbidden: e2e: cpu-1 may not run; $(x)")
     assert (tmp_path / "argc").read_text().strip() == "3"
     assert (tmp_path / "argv").read_text().splitlines() == [
         "update",
-        "jobid=7",
+        "jobid=7,12",
         "admincomment=k8s: Forbidden: e2e: cpu-1 may not run; $(x)",
     ]
+
+
+def test_admin_comment_of_many_jobs_runs_one_scontrol_per_thousand(fake: FakeSlurm) -> None:
+    fake.command("scontrol", {"update": Reply()})
+    _cli(fake).set_jobs_admin_comment(range(1, 2501), "k8s: x")
+    assert fake.calls() == [
+        f"|scontrol update jobid={','.join(map(str, range(first, first + count)))} "
+        "admincomment=k8s: x"
+        for first, count in ((1, 1000), (1001, 1000), (2001, 500))
+    ]
+
+
+def test_admin_comment_a_slurm_refuses_names_the_jobs(fake: FakeSlurm, tmp_path: Path) -> None:
+    # scontrol went on past job 8 and said so (update_job.c: "<error> for job <id>", exit 1).
+    stderr = tmp_path / "refused.stderr"
+    stderr.write_text("Invalid job id specified for job 8\n")
+    fake.command("scontrol", {"update": Reply(stderr=stderr, rc=1)})
+    with pytest.raises(BackendError, match=r"jobid=7,8 .*Invalid job id specified for job 8"):
+        _cli(fake).set_jobs_admin_comment([7, 8], "k8s: x")
