@@ -139,11 +139,13 @@ def test_primary_host_killed_while_nodes_power_up_then_fail_back(
     use(f"cpu-[{NODES[0][4:]}-{NODES[1][4:]}]")
     use(AFTER)
 
-    # The kubelet is paused (SIGSTOP) from before the sbatch until the kill: the pods exist in
-    # the API but cannot start, so the nodes are still powering up when the primary host dies,
-    # however fast this machine starts containers. slurmctld has by then saved the job and the
-    # nodes' resume in StateSaveLocation: a SIGKILLed slurmctld loses what it had not saved (it
-    # saves at most every 5 s), and the backup then recovers no job (seen: "Recovered
+    # The kubelet is paused (SIGSTOP) from before the sbatch until the backup has control: the
+    # pods exist in the API but cannot start, so the nodes are still powering up when the
+    # primary host dies, however fast this machine starts containers. (Resumed at the kill, the
+    # pods' slurmd asked for slurm.conf while the backup was in standby and waited 60 s more:
+    # docs/operations.md, "Seen with two controllers".) slurmctld has by then saved the job and
+    # the nodes' resume in StateSaveLocation: a SIGKILLed slurmctld loses what it had not saved
+    # (it saves at most every 5 s), and the backup then recovers no job (seen: "Recovered
     # information about 0 jobs", the job gone).
     state = State(layout)
     kubelet = state.running("kubelet")
@@ -186,6 +188,7 @@ def test_primary_host_killed_while_nodes_power_up_then_fail_back(
         # assoc_usage; the backup then stopped at its takeover ("fatal: No Assoc usage file
         # ... to recover"). The save of every file takes milliseconds.
         time.sleep(1)
+        controlled = _took_control(layout)
         victims = {name: state.running(name) for name in ("slurmctld", "bridge")}
         at_kill = _node_states(pg)
         assert all(victims.values()), victims
@@ -193,6 +196,12 @@ def test_primary_host_killed_while_nodes_power_up_then_fail_back(
             assert pid is not None
             os.kill(pid, signal.SIGKILL)
         killed, killed_at = time.monotonic(), time.time()
+        wait_for(
+            "the backup slurmctld to take control",
+            lambda: _took_control(layout) > controlled or None,
+            60,
+            every=0.2,
+        )
     finally:
         os.kill(kubelet, signal.SIGCONT)
     print(f"killed the primary host's slurmctld and bridge {killed - submitted:.1f}s after sbatch")
