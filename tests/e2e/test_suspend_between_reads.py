@@ -2,9 +2,10 @@
 6). The pass reads Slurm first (the node idle and up), then the pods; Slurm suspending the node in
 between deletes its pod, so the pass saw a node that wants its slurmd and a pod gone or going.
 Before, that became a DOWN of ours (`k8s: PodMissing` or `k8s: Deleted`) on an idle node Slurm
-had just powered down. The window is widened here for real: the bridge's scontrol answers a full
-node listing as Slurm was when the listing started, 8 s later; the test suspends the node as
-soon as such a listing started. Now the DOWN is read again by name first, and dropped."""
+had just powered down. The window is widened here for real: the bridge's scontrol answers the
+pass's read of the pools' nodes as Slurm was when the read started, 8 s later; the test suspends
+the node as soon as such a read started. Now the DOWN is read again by name first, and
+dropped."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ STALE_S = 8
 
 
 def _stale_listing_bin(directory: Path, real: Path) -> Path:
-    """The ground's clients, but ``scontrol show nodes --json`` (a full listing, no hostlist)
+    """The ground's clients, but the pass's read, ``scontrol show nodes <pools' hostlist>
+    --json`` (several pools: a comma in the hostlist; a read again by name has one node),
     prints its answer ``STALE_S`` after it read it, and notes each such start in ``started``."""
     directory.mkdir(parents=True, exist_ok=True)
     # The bridge runs as its own user: the wrapper it runs must be able to append here.
@@ -43,13 +45,13 @@ def _stale_listing_bin(directory: Path, real: Path) -> Path:
     scontrol = directory / "scontrol"
     scontrol.write_text(
         "#!/bin/sh\n"
-        'if [ "$*" = "show nodes --json" ]; then\n'
+        'case "$1 $2 $3 $4" in "show nodes "*,*" --json")\n'
         f'    out=$({real / "scontrol"} "$@") || exit $?\n'
         f"    date +%s.%N >> {directory / 'started'}\n"
         f"    sleep {STALE_S}\n"
         '    printf "%s\\n" "$out"\n'
-        "    exit 0\n"
-        "fi\n"
+        "    exit 0 ;;\n"
+        "esac\n"
         f'exec {real / "scontrol"} "$@"\n'
     )
     scontrol.chmod(0o755)
@@ -79,7 +81,8 @@ def test_a_suspend_between_the_slurm_read_and_the_pod_read_downs_nothing(
         assert up.state == "IDLE" and not up.is_powered_down, up
         # Suspend the node right after a full listing read it idle and up.
         seen = _listings(stale)
-        wait_for("a full node listing to start", lambda: _listings(stale) > seen or None, 30, 0.1)
+        wait_for("a read of the pools' nodes to start", lambda: _listings(stale) > seen or None,
+                 30, 0.1)  # fmt: skip
         pg.slurm("scontrol", "update", f"nodename={NODE}", "state=power_down_force")
         reasons: set[str] = set()
         deadline = time.monotonic() + STALE_S + 20
