@@ -18,9 +18,12 @@
 6. failure-path job read (dev/bench/failure_jobs.py; the proving ground; left out by
    --no-ground): peak RSS and bytes of reading one failing node's jobs with 9,000 jobs queued in
    the real slurmctld, vs. `squeue --json` decoded whole (the read before issue 29 item 12).
+7. site reads (dev/bench/site_reads.py; the proving ground; left out by --no-ground): one
+   reconcile pass's wall time and bytes read against a throwaway slurmctld with 10,000 static
+   and 100 pool nodes, vs. the same pass reading every node (the read before issue 33).
 
 ``--quick``: reconcile at 1k nodes, scale and pod-state patches at 200 nodes, 200 queued jobs,
-fewer hook samples (a smoke run).
+a site of 1,000 static nodes, fewer hook samples (a smoke run).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ import failure_jobs
 import pod_state_patches
 import reconcile_pass
 import resume_scale
+import site_reads
 
 from bridge.api import build_server
 from bridge.domain.circuit import PoolBreakerStatus
@@ -258,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         jobs = failure_jobs.QUICK_JOBS if args.quick else failure_jobs.JOBS
         lines += failure_jobs.table_lines(*failure_jobs.measure(jobs))
         notes.append(failure_jobs.NOTE)
+        static = site_reads.QUICK_STATIC if args.quick else site_reads.STATIC
+        lines += site_reads.table_lines(static, site_reads.measure(static))
+        notes.append(site_reads.NOTE)
     print_table(lines, notes)
     return 0
 
