@@ -151,7 +151,7 @@ def write_hosts_file() -> Path:
     return path
 
 
-def remove_host(layout: Layout, state: State) -> None:
+def remove_host(state: State) -> None:
     """Stop the backup host's daemons and remove what :func:`ensure_host` made."""
     for name in reversed(BACKUP_DAEMONS):
         stop_daemon(state, name)
@@ -287,14 +287,6 @@ def backup_kubeconfig(layout: Layout) -> Path:
     os.chown(target, user.pw_uid, user.pw_gid)
     target.chmod(0o400)
     return target
-
-
-def backup_socket(state: State) -> Path | None:
-    """The backup bridge's Unix socket as this host reaches it (through its mount namespace)."""
-    pid = state.running("bridge-backup")
-    if pid is None:
-        return None
-    return Path(f"/proc/{pid}/root") / Path(bridge_daemon.BRIDGE_SOCKET).relative_to("/")
 
 
 def start_bridge(layout: Layout, state: State, config: Path) -> None:

@@ -239,7 +239,7 @@ def _backup_host(layout: Layout, state: State, ha: bool) -> None:
             backup_host.ensure_host(layout, state)
     elif backup_host.running_ha(state) or BACKUP_HOST in state.created("netns"):
         with Step(f"removing the backup controller host {BACKUP_HOST}"):
-            backup_host.remove_host(layout, state)
+            backup_host.remove_host(state)
 
 
 def _start_bridges(layout: Layout, state: State, ha: bool) -> None:
@@ -365,7 +365,7 @@ def down(layout: Layout) -> None:
                 timeout_s=120,
             )
     with Step("stopping daemons (by recorded PID)"):
-        backup_host.remove_host(layout, state)  # its daemons, netns and directories
+        backup_host.remove_host(state)  # its daemons, netns and directories
         for name in reversed(DAEMONS):
             stop_daemon(state, name)
         _kill_our_shims(layout)
