@@ -771,6 +771,172 @@ def run(sizes: Sequence[int], hook_samples: Sequence[tuple[int, int]]) -> Result
     return Results(tuple(timings), tuple(hooks))
 
 
+# -- where the time goes (--explain) ------------------------------------------------------------
+
+#: The ground's daemons whose CPU a breakdown reports (process names as /proc shows them).
+DAEMONS = ("kube-apiserver", "kube-scheduler", "etcd")
+#: Variants of one 1,000-pod create, each changing one thing against ``lean`` (see EXPLAIN_NOTE).
+VARIANTS = ("lean", "lean-poll", "lean-admin", "lean-unscheduled", "lean-pod-watch", "bridge")
+EXPLAIN_NOTE = """Where the time of N pod creates goes: each variant changes one thing against
+lean (the bench's baseline, clocked by the metadata watcher). lean-poll: the end seen by polling
+`kubectl get pods` instead (the method of the figures in issue 33). lean-admin: the ground's admin
+certificate (system:masters: exempt from API Priority and Fairness, outside the admission policy)
+instead of the bridge's ServiceAccount token. lean-unscheduled: pods no scheduler takes
+(schedulerName nobody): the scheduler's and kwok's share of 2 cores. lean-pod-watch: lean with
+one full-object watch of the pods open, as the bridge's own watch is. bridge: the real resume
+hook and the second bridge. "last 201": when the creator's last create returned (for the bridge,
+its last 'created' log line). CPU: seconds each process used from the start until the end seen."""
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far (every thread)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def daemon_pids() -> dict[str, list[int]]:
+    found: dict[str, list[int]] = {name: [] for name in DAEMONS}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                comm = (entry / "comm").read_text().strip()
+            except OSError:
+                continue
+            if comm in found:
+                found[comm].append(int(entry.name))
+    return found
+
+
+def poll_until(kubectl: list[str], selector: str, target: int) -> float:
+    """Run ``kubectl get pods -l selector`` until it counts ``target``; the instant it did."""
+    while True:
+        listed = subprocess.run(
+            [*kubectl, "get", "pods", "-n", NAMESPACE, "-l", selector, "-o", "name"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if listed.returncode == 0 and len(listed.stdout.split()) == target:
+            return time.monotonic()
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    variant: str
+    seen_s: float  # the start → the end as the variant's clock saw it
+    last_create_s: float  # the start → the creator's last create returned
+    cpu_s: dict[str, float]  # process → CPU seconds in that time
+
+
+def created_log_instants(log_path: Path, offset: int) -> list[float]:
+    """time.monotonic() instants of the bench bridge's "pod ... created" lines after ``offset``
+    (its text log's timestamps are wall-clock milliseconds)."""
+    wall_minus_monotonic = time.time() - time.monotonic()
+    with log_path.open("rb") as f:
+        f.seek(offset)
+        lines = f.read().decode(errors="replace").splitlines()
+    return [
+        time.mktime(time.strptime(line[:19], "%Y-%m-%d %H:%M:%S"))
+        + int(line[20:23]) / 1000
+        - wall_minus_monotonic
+        for line in lines
+        if " created (jobs " in line
+    ]
+
+
+def explain_one(ground: Ground, variant: str, count: int, kubectl: list[str]) -> Breakdown:
+    ground.cleanup()
+    wait_until_quiet()
+    contender = "bridge" if variant == "bridge" else "lean"
+    selector = SELECTORS[contender]
+    offset = ground.fresh(count)
+    pods = render(ground.bridge.config_path, names_for(count, offset), contender)
+    if variant == "lean-unscheduled":
+        for pod in pods:
+            pod["spec"]["schedulerName"] = "nobody"
+    api = ground.admin if variant == "lean-admin" else ground.lean
+    pids = daemon_pids()
+    pids["bridge"] = [ground.bridge.process.pid]
+    side_watch = None
+    if variant == "lean-pod-watch":
+        side_watch = subprocess.Popen(
+            [*kubectl, "get", "pods", "-n", NAMESPACE, "-l", selector, "-w", "-o", "json"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(2)  # the watch is open
+        pids["the pod watch"] = [side_watch.pid]
+    before = {name: sum(process_cpu_s(p) for p in ps) for name, ps in pids.items()}
+    own_cpu = time.process_time()
+    watcher = None if variant == "lean-poll" else Watcher(ground.admin_kubeconfig, selector, count)
+    log_offset = ground.bridge.log_path.stat().st_size
+    try:
+        started = time.monotonic()
+        if contender == "lean":
+            poller = None
+            if variant == "lean-poll":
+                poller = ThreadPoolExecutor(1).submit(poll_until, kubectl, selector, count)
+            lean_create(api, pods)
+            last_create = time.monotonic()
+            seen = poller.result(timeout=300) if poller else None
+        else:
+            _, line = ground.bridge.hook("resume", hostlist_of(count, offset))
+            if "result=ok" not in line:
+                raise RuntimeError(f"resume hook: {line}")
+            seen = None
+        if watcher is not None:
+            seen = watcher.reached(timeout_s=max(300.0, count * 0.25))
+        assert seen is not None
+        cpu = {name: sum(process_cpu_s(p) for p in ps) - before[name] for name, ps in pids.items()}
+        cpu["the creator" if contender == "lean" else "bench run"] = time.process_time() - own_cpu
+        if contender == "bridge":
+            time.sleep(1)  # its log lines of the last creates
+            last_create = max(created_log_instants(ground.bridge.log_path, log_offset))
+    finally:
+        if watcher is not None:
+            watcher.__exit__()
+        if side_watch is not None:
+            side_watch.kill()
+            side_watch.wait()
+    return Breakdown(variant, seen - started, last_create - started, cpu)
+
+
+def explain(count: int, rounds: int) -> list[Breakdown]:
+    """Every variant ``rounds`` times, in a rotating order, on one ground."""
+    from proving_ground.layout import Layout
+
+    layout = Layout.default()
+    kubectl = [str(layout.kubernetes_bin / "kubectl"), f"--kubeconfig={layout.kubeconfig}"]
+    found = []
+    with Ground.open() as ground:
+        for round_ in range(rounds):
+            shift = round_ % len(VARIANTS)
+            for variant in VARIANTS[shift:] + VARIANTS[:shift]:
+                progress(f"explain: {variant} x {count:,} (round {round_ + 1}/{rounds})")
+                found.append(explain_one(ground, variant, count, kubectl))
+    return found
+
+
+def explain_lines(found: Sequence[Breakdown]) -> list[str]:
+    def spread(values: Sequence[float]) -> str:
+        return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
+
+    lines = ["variant | end seen, s (min / median / max) | last 201, s | CPU s (medians)"]
+    for variant in VARIANTS:
+        mine = [b for b in found if b.variant == variant]
+        if not mine:
+            continue
+        names = sorted({n for b in mine for n in b.cpu_s}, key=lambda n: (n not in DAEMONS, n))
+        cpu = ", ".join(
+            f"{n} {statistics.median(b.cpu_s.get(n, 0.0) for b in mine):.2f}" for n in names
+        )
+        lines.append(
+            f"{variant} | {spread([b.seen_s for b in mine])} | "
+            f"{spread([b.last_create_s for b in mine])} | {cpu}"
+        )
+    return lines
+
+
 def progress(what: str) -> None:
     print(f"  scale: {what} ...", file=sys.stderr, flush=True)
 
@@ -784,37 +950,41 @@ def percentile(samples: Sequence[float], fraction: float) -> float:
 Line = tuple[str, str, str, str]
 
 
-def median_of(results: Results, contender: str, count: int, figure: str) -> float | None:
-    values = [
+def figures_of(results: Results, contender: str, count: int, figure: str) -> list[float]:
+    return [
         getattr(t, figure)
         for t in results.timings
         if t.contender == contender and t.count == count and getattr(t, figure) is not None
     ]
-    return statistics.median(values) if values else None
+
+
+def spread(values: Sequence[float]) -> str:
+    """One run's figure, or min / median / max of several."""
+    if len(values) == 1:
+        return f"{values[0]:.2f} s"
+    return (
+        f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f} s "
+        f"(min / median / max of {len(values)})"
+    )
 
 
 def table_lines(results: Results) -> list[Line]:
     lines: list[Line] = []
     for count in sorted({t.count for t in results.timings}):
         for phase, figure in (("resume", "create_s"), ("suspend", "delete_s")):
-            ours = median_of(results, "bridge", count, figure)
-            assert ours is not None
+            ours = figures_of(results, "bridge", count, figure)
+            assert ours
             what = "all pods exist" if phase == "resume" else "all pods gone"
             for contender in ("lean", "official", "statefulset"):
-                theirs = median_of(results, contender, count, figure)
-                if theirs is None:
+                theirs = figures_of(results, contender, count, figure)
+                if not theirs:
                     continue
-                runs = sum(
-                    1 for t in results.timings if (t.contender, t.count) == (contender, count)
-                )
                 lines.append(
                     (
                         f"{phase} {count:,} nodes via the hook → {what}",
-                        f"{ours:.2f} s",
-                        f"{theirs:.2f} s ({DESCRIPTIONS[contender]}"
-                        + (f", median of {runs}" if runs > 1 else "")
-                        + ")",
-                        f"{ours / theirs:.2f}x",
+                        spread(ours),
+                        f"{spread(theirs)}, {DESCRIPTIONS[contender]}",
+                        f"{statistics.median(ours) / statistics.median(theirs):.2f}x",
                     )
                 )
     for client, count, samples in results.hooks:
@@ -835,12 +1005,12 @@ NOTE = """Scale rows: kwok-backed pods on the proving ground (10 kwok nodes x 1,
 hook" = the real resume/suspend hook started against a second bridge (cluster_name bench, one kwok
 pool), timed from the hook's start until a separate watcher saw the last pod exist (or go); the
 resume hook answers before the pods exist (ACCEPTED). Baselines create/delete the bridge's own pod
-manifests: lean = urllib3 + pre-serialised bytes + 64 threads; official = the kubernetes client,
-64 threads (both with the bridge's ServiceAccount token); StatefulSet = Parallel, N replicas (its
-scale-down timed up to 1,000). The bridge's figure is the median of its rounds too. Hook rows:
-the real resume hook's wall time against that bridge (hook.sh with its Go client, the default,
-and with SKB_HOOK_CLIENT=python), fresh nodes each run, each started when the machine is quiet
-(< 25 % CPU busy over 1 s; see Ground.hook_samples)."""
+manifests: lean = urllib3 + pre-serialised bytes + 64 threads; official = the kubernetes client, 64
+threads (both with the bridge's ServiceAccount token); StatefulSet = Parallel, N replicas (its
+scale-down timed up to 1,000). Several rounds: min / median / max, the ratio of the medians. Hook
+rows: the real resume hook's wall time against that bridge (hook.sh with its Go client, the
+default, and with SKB_HOOK_CLIENT=python), fresh nodes each run, each started when the machine is
+quiet (< 25 % CPU busy over 1 s; see Ground.hook_samples)."""
 
 
 def main(argv: Sequence[str]) -> int:
@@ -855,7 +1025,20 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument(
         "--hooks", default="1x10,1000x5", help="resume hook samples: NODESxRUNS,... ('' for none)"
     )
+    parser.add_argument(
+        "--explain",
+        type=int,
+        metavar="ROUNDS",
+        help="instead: where the time of --sizes' first count goes, ROUNDS rounds of each "
+        "variant (lean against its variants and the bridge; see EXPLAIN_NOTE)",
+    )
     args = parser.parse_args(argv)
+    if args.explain:
+        sys.path.insert(0, str(ROOT / "dev"))
+        count = int(args.sizes.split(",")[0])
+        print("\n".join(explain_lines(explain(count, args.explain))))
+        print(EXPLAIN_NOTE)
+        return 0
     sizes = [int(s) for s in args.sizes.split(",") if s]
     hooks = [(int(n), int(r)) for n, r in (h.split("x") for h in args.hooks.split(",") if h)]
     results = run(sizes, hooks)

@@ -22,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from bridge.adapters.kubernetes import PodGateway
 from bridge.adapters.kubernetes.calls import translate
 from bridge.adapters.kubernetes.credentials import (
+    LIBRARY_REFRESH_EVERY_S,
     UNAUTHORIZED_LOG_EVERY_S,
     KubeCredentials,
     token_file,
@@ -416,6 +417,28 @@ def test_many_threads_asking_while_the_file_rotates_see_whole_tokens(
     assert failures == []
     assert seen <= {f"Bearer t{n}" for n in range(1, 30)}
     assert configuration.get_api_key_with_prefix("BearerToken") == "Bearer t29"
+
+
+def test_the_librarys_own_refresh_runs_at_most_once_a_second_and_after_each_load(
+    kubeconfig: Kubeconfig,
+) -> None:
+    # The loader's hook (an exec plugin's expiry check) re-sets the server on a Configuration,
+    # which reads the whole environment: per request it was half a pod create's client CPU.
+    now = [100.0]
+    credentials = KubeCredentials(str(kubeconfig.path), clock=lambda: now[0])
+    configuration = k8s.Configuration()
+    credentials.configure(configuration)
+    calls: list[float] = []
+    credentials._library_hook = lambda _loaded: calls.append(now[0])
+    for advance in (0.0, 0.1, 0.5, LIBRARY_REFRESH_EVERY_S, 0.2, 0.3):
+        now[0] += advance
+        configuration.get_api_key_with_prefix("BearerToken")
+    # 100.0 and 101.6 ran; 100.1 and 100.6 were within the second after 100.0, 101.8 and 102.1
+    # within the second after 101.6
+    assert calls == [100.0, 100.0 + 0.6 + LIBRARY_REFRESH_EVERY_S]
+    replaced("t2")(kubeconfig)  # a load: the new loader's hook runs at the next request
+    assert configuration.get_api_key_with_prefix("BearerToken") == "Bearer t2"
+    assert credentials._library_refreshed_at == now[0]
 
 
 @pytest.mark.parametrize(

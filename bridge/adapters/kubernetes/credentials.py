@@ -54,6 +54,12 @@ CONNECTION_FIELDS = (
     "tls_server_name",
     "proxy",
 )
+#: The client library's own refresh hook (an exec plugin's expiry check, the in-cluster loader's
+#: minute) runs at most this often. It re-sets the server and certificates on the scratch
+#: Configuration each time, and that setter reads every proxy variable of the environment: run
+#: per request, it was half the client's CPU per pod create (issue 33). A token expiring is
+#: seen a second late at most; a 401 in between loads again anyway.
+LIBRARY_REFRESH_EVERY_S = 1.0
 #: The helper that writes the bridge's kubeconfig, named in the 401 line.
 MAKE_KUBECONFIG = "deploy/kustomize/overlays/external/make-kubeconfig.sh"
 
@@ -147,6 +153,7 @@ class KubeCredentials:
         #: loader's minute) keeps refreshing it.
         self._loaded: Any = None
         self._library_hook: Callable[[Any], None] | None = None
+        self._library_refreshed_at: float | None = None  # None: at the next request
         self._connection: tuple[Any, ...] = ()
         #: A 401 came since the last load: load again even if no file changed.
         self._stale = False
@@ -297,6 +304,7 @@ class KubeCredentials:
         # The loader's hook re-sets the Configuration it is given, so it gets ours, never
         # the shared one (it would replace this hook there).
         self._library_hook = loaded.refresh_api_key_hook
+        self._library_refreshed_at = None
         connection = tuple(getattr(loaded, name) for name in CONNECTION_FIELDS)
         if before is None:
             self._connection = connection
@@ -318,6 +326,11 @@ class KubeCredentials:
         hook = self._library_hook
         if hook is None:
             return
+        now = self._clock()
+        last = self._library_refreshed_at
+        if last is not None and now - last < LIBRARY_REFRESH_EVERY_S:
+            return
+        self._library_refreshed_at = now
         try:
             hook(self._loaded)
         except Exception as e:  # an exec plugin failing: the token we hold may still serve

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+import orjson
 from kubernetes import client as k8s
 
 from bridge.adapters.call_counters import CallCounters
@@ -179,7 +180,7 @@ class PodGateway:
                     _request_timeout=self._timeout,
                 ),
             )
-            body = json.loads(response.data)
+            body = orjson.loads(response.data)
             pods.extend(pod_view(item) for item in body.get("items") or [])
             metadata = body.get("metadata") or {}
             version = version or str(metadata.get("resourceVersion") or "")
@@ -235,7 +236,8 @@ class PodGateway:
             **(metadata.get("annotations") or {}),
             ANNOTATION_CREATE_ID: self.provenance.new_create_id(name),
         }
-        body = json.dumps({**manifest, "metadata": metadata}, separators=(",", ":")).encode()
+        # orjson: a fifth of the stdlib's CPU, in 64 threads sharing one GIL (issue 33)
+        body = orjson.dumps({**manifest, "metadata": metadata})
         path = f"/api/v1/namespaces/{self.namespace}/pods"
         try:
             self._call(

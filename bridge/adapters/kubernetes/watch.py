@@ -7,10 +7,11 @@ The stream is read here rather than through ``kubernetes.watch.Watch``: with
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from bridge.adapters.kubernetes.calls import TRANSPORT_ERRORS, WatchExpired, translate
 from bridge.domain.pods import PodView, pod_view
@@ -97,7 +98,7 @@ def watch_event(line: bytes) -> PodEvent | Bookmark | None:
     if not line.strip():
         return None
     try:
-        event = json.loads(line)
+        event = orjson.loads(line)  # 2-3x the stdlib's pace, on the watch's one thread
     except ValueError as e:
         raise TransientBackendError(f"watch pods: event is not JSON: {line[:200]!r}") from e
     obj = event.get("object") if isinstance(event, dict) else None
