@@ -530,8 +530,10 @@ STS_SUSPEND_MAX = 1000
 
 
 def repetitions(count: int) -> int:
-    """Rounds of the three clients at ``count`` nodes (their medians are reported)."""
-    return 3 if count <= 1000 else 1
+    """Rounds of the three clients at ``count`` nodes (min / median / max reported). Five at
+    1,000: on 2 cores the scheduler binding the pods takes 0.2-3.5 s of CPU inside one 2-4 s
+    window, for every contender alike, and three rounds left a median at its mercy."""
+    return 5 if count <= 1000 else 1
 
 
 SELECTORS = {
@@ -640,6 +642,11 @@ class Ground:
         """Create ``count`` pods with ``contender``, then delete them; both timed until the
         watcher saw the last one."""
         self.cleanup()
+        # Each contender starts on a quiet machine: the previous one's pods are still being
+        # bound, started or collected for seconds after its count was reached, and on 2 cores
+        # that work would be charged to whoever runs next (seen: a lean 5,000 at 43 s, 18 s
+        # the next time).
+        wait_until_quiet()
         selector = SELECTORS[contender]
         timeout_s = max(300.0, count * 0.25)
         offset = self.fresh(count)
@@ -776,16 +783,25 @@ def run(sizes: Sequence[int], hook_samples: Sequence[tuple[int, int]]) -> Result
 #: The ground's daemons whose CPU a breakdown reports (process names as /proc shows them).
 DAEMONS = ("kube-apiserver", "kube-scheduler", "etcd")
 #: Variants of one 1,000-pod create, each changing one thing against ``lean`` (see EXPLAIN_NOTE).
-VARIANTS = ("lean", "lean-poll", "lean-admin", "lean-unscheduled", "lean-pod-watch", "bridge")
-EXPLAIN_NOTE = """Where the time of N pod creates goes: each variant changes one thing against
-lean (the bench's baseline, clocked by the metadata watcher). lean-poll: the end seen by polling
+VARIANTS = (
+    "lean",
+    "lean-poll",
+    "lean-admin",
+    "lean-unscheduled",
+    "lean-pod-watch",
+    "bridge",
+    "bridge-poll",
+)
+EXPLAIN_NOTE = """Where the time of N pod creates goes: each variant changes one thing against lean
+(the bench's baseline, clocked by the metadata watcher). lean-poll: the end seen by polling
 `kubectl get pods` instead (the method of the figures in issue 33). lean-admin: the ground's admin
 certificate (system:masters: exempt from API Priority and Fairness, outside the admission policy)
 instead of the bridge's ServiceAccount token. lean-unscheduled: pods no scheduler takes
-(schedulerName nobody): the scheduler's and kwok's share of 2 cores. lean-pod-watch: lean with
-one full-object watch of the pods open, as the bridge's own watch is. bridge: the real resume
-hook and the second bridge. "last 201": when the creator's last create returned (for the bridge,
-its last 'created' log line). CPU: seconds each process used from the start until the end seen."""
+(schedulerName nobody): the scheduler's and kwok's share of 2 cores. lean-pod-watch: lean with one
+full-object watch of the pods open, as the bridge's own watch is. bridge: the real resume hook and
+the second bridge; bridge-poll: the same, its end seen by polling kubectl. "last 201": when the
+creator's last create returned (for the bridge, its last 'created' log line). CPU: seconds each
+process used from the start until the end seen."""
 
 
 def process_cpu_s(pid: int) -> float:
@@ -847,7 +863,7 @@ def created_log_instants(log_path: Path, offset: int) -> list[float]:
 def explain_one(ground: Ground, variant: str, count: int, kubectl: list[str]) -> Breakdown:
     ground.cleanup()
     wait_until_quiet()
-    contender = "bridge" if variant == "bridge" else "lean"
+    contender = "bridge" if variant.startswith("bridge") else "lean"
     selector = SELECTORS[contender]
     offset = ground.fresh(count)
     pods = render(ground.bridge.config_path, names_for(count, offset), contender)
@@ -868,22 +884,22 @@ def explain_one(ground: Ground, variant: str, count: int, kubectl: list[str]) ->
         pids["the pod watch"] = [side_watch.pid]
     before = {name: sum(process_cpu_s(p) for p in ps) for name, ps in pids.items()}
     own_cpu = time.process_time()
-    watcher = None if variant == "lean-poll" else Watcher(ground.admin_kubeconfig, selector, count)
+    polled = variant.endswith("-poll")
+    watcher = None if polled else Watcher(ground.admin_kubeconfig, selector, count)
     log_offset = ground.bridge.log_path.stat().st_size
     try:
         started = time.monotonic()
+        poller = (
+            ThreadPoolExecutor(1).submit(poll_until, kubectl, selector, count) if polled else None
+        )
         if contender == "lean":
-            poller = None
-            if variant == "lean-poll":
-                poller = ThreadPoolExecutor(1).submit(poll_until, kubectl, selector, count)
             lean_create(api, pods)
             last_create = time.monotonic()
-            seen = poller.result(timeout=300) if poller else None
         else:
             _, line = ground.bridge.hook("resume", hostlist_of(count, offset))
             if "result=ok" not in line:
                 raise RuntimeError(f"resume hook: {line}")
-            seen = None
+        seen = poller.result(timeout=300) if poller is not None else None
         if watcher is not None:
             seen = watcher.reached(timeout_s=max(300.0, count * 0.25))
         assert seen is not None
