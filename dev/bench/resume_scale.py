@@ -810,22 +810,21 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def daemon_pids() -> dict[str, list[int]]:
-    found: dict[str, list[int]] = {name: [] for name in DAEMONS}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                comm = (entry / "comm").read_text().strip()
-            except OSError:
-                continue
-            if comm in found:
-                found[comm].append(int(entry.name))
-    return found
+def daemon_pids() -> dict[str, int]:
+    """The PIDs of :data:`DAEMONS` as the proving ground recorded starting them (never another
+    process of the same name on the machine)."""
+    from proving_ground.layout import Layout
+    from proving_ground.processes import State
+
+    state = State(Layout.default())
+    return {name: pid for name in DAEMONS if (pid := state.running(name)) is not None}
 
 
-def poll_until(kubectl: list[str], selector: str, target: int) -> float:
-    """Run ``kubectl get pods -l selector`` until it counts ``target``; the instant it did."""
-    while True:
+def poll_until(kubectl: list[str], selector: str, target: int, timeout_s: float) -> float:
+    """Run ``kubectl get pods -l selector`` until it counts ``target``; the instant it did.
+    Raises after ``timeout_s`` (a contender that failed leaves no poller behind)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
         listed = subprocess.run(
             [*kubectl, "get", "pods", "-n", NAMESPACE, "-l", selector, "-o", "name"],
             capture_output=True,
@@ -834,6 +833,7 @@ def poll_until(kubectl: list[str], selector: str, target: int) -> float:
         )
         if listed.returncode == 0 and len(listed.stdout.split()) == target:
             return time.monotonic()
+    raise RuntimeError(f"pods {selector}: kubectl did not count {target} within {timeout_s:.0f} s")
 
 
 @dataclass(frozen=True)
@@ -860,7 +860,9 @@ def created_log_instants(log_path: Path, offset: int) -> list[float]:
     ]
 
 
-def explain_one(ground: Ground, variant: str, count: int, kubectl: list[str]) -> Breakdown:
+def explain_one(
+    ground: Ground, variant: str, count: int, kubectl: list[str], daemons: dict[str, int]
+) -> Breakdown:
     ground.cleanup()
     wait_until_quiet()
     contender = "bridge" if variant.startswith("bridge") else "lean"
@@ -871,8 +873,7 @@ def explain_one(ground: Ground, variant: str, count: int, kubectl: list[str]) ->
         for pod in pods:
             pod["spec"]["schedulerName"] = "nobody"
     api = ground.admin if variant == "lean-admin" else ground.lean
-    pids = daemon_pids()
-    pids["bridge"] = [ground.bridge.process.pid]
+    pids = {**daemons, "bridge": ground.bridge.process.pid}
     side_watch = None
     if variant == "lean-pod-watch":
         side_watch = subprocess.Popen(
@@ -881,17 +882,17 @@ def explain_one(ground: Ground, variant: str, count: int, kubectl: list[str]) ->
             stderr=subprocess.DEVNULL,
         )
         time.sleep(2)  # the watch is open
-        pids["the pod watch"] = [side_watch.pid]
-    before = {name: sum(process_cpu_s(p) for p in ps) for name, ps in pids.items()}
+        pids["the pod watch"] = side_watch.pid
+    before = {name: process_cpu_s(pid) for name, pid in pids.items()}
     own_cpu = time.process_time()
     polled = variant.endswith("-poll")
     watcher = None if polled else Watcher(ground.admin_kubeconfig, selector, count)
     log_offset = ground.bridge.log_path.stat().st_size
+    timeout_s = max(300.0, count * 0.25)
+    polling = ThreadPoolExecutor(1)
     try:
         started = time.monotonic()
-        poller = (
-            ThreadPoolExecutor(1).submit(poll_until, kubectl, selector, count) if polled else None
-        )
+        poller = polling.submit(poll_until, kubectl, selector, count, timeout_s) if polled else None
         if contender == "lean":
             lean_create(api, pods)
             last_create = time.monotonic()
@@ -899,16 +900,18 @@ def explain_one(ground: Ground, variant: str, count: int, kubectl: list[str]) ->
             _, line = ground.bridge.hook("resume", hostlist_of(count, offset))
             if "result=ok" not in line:
                 raise RuntimeError(f"resume hook: {line}")
-        seen = poller.result(timeout=300) if poller is not None else None
+        seen = poller.result() if poller is not None else None
         if watcher is not None:
-            seen = watcher.reached(timeout_s=max(300.0, count * 0.25))
+            seen = watcher.reached(timeout_s)
         assert seen is not None
-        cpu = {name: sum(process_cpu_s(p) for p in ps) - before[name] for name, ps in pids.items()}
-        cpu["the creator" if contender == "lean" else "bench run"] = time.process_time() - own_cpu
+        cpu = {name: process_cpu_s(pid) - before[name] for name, pid in pids.items()}
+        if contender == "lean":
+            cpu["the creator"] = time.process_time() - own_cpu
         if contender == "bridge":
             time.sleep(1)  # its log lines of the last creates
             last_create = max(created_log_instants(ground.bridge.log_path, log_offset))
     finally:
+        polling.shutdown(wait=False)
         if watcher is not None:
             watcher.__exit__()
         if side_watch is not None:
@@ -925,11 +928,12 @@ def explain(count: int, rounds: int) -> list[Breakdown]:
     kubectl = [str(layout.kubernetes_bin / "kubectl"), f"--kubeconfig={layout.kubeconfig}"]
     found = []
     with Ground.open() as ground:
+        daemons = daemon_pids()  # once the ground is up: Ground.open starts it if need be
         for round_ in range(rounds):
             shift = round_ % len(VARIANTS)
             for variant in VARIANTS[shift:] + VARIANTS[:shift]:
                 progress(f"explain: {variant} x {count:,} (round {round_ + 1}/{rounds})")
-                found.append(explain_one(ground, variant, count, kubectl))
+                found.append(explain_one(ground, variant, count, kubectl, daemons))
     return found
 
 
