@@ -988,6 +988,17 @@ def spread(values: Sequence[float]) -> str:
     )
 
 
+def ratio_cell(ours: Sequence[float], theirs: Sequence[float]) -> str:
+    """The ratio of the medians, and with several rounds each round's own ratio (the rounds are
+    interleaved: the k-th figures of two contenders were measured minutes apart, on the same
+    machine's mood), so that one slow round shows as one."""
+    cell = f"{statistics.median(ours) / statistics.median(theirs):.2f}x"
+    if len(ours) == 1 or len(ours) != len(theirs):
+        return cell
+    rounds = " / ".join(f"{a / b:.2f}" for a, b in zip(ours, theirs, strict=True))
+    return f"{cell} (each round: {rounds})"
+
+
 def table_lines(results: Results) -> list[Line]:
     lines: list[Line] = []
     for count in sorted({t.count for t in results.timings}):
@@ -1004,7 +1015,7 @@ def table_lines(results: Results) -> list[Line]:
                         f"{phase} {count:,} nodes via the hook → {what}",
                         spread(ours),
                         f"{spread(theirs)}, {DESCRIPTIONS[contender]}",
-                        f"{statistics.median(ours) / statistics.median(theirs):.2f}x",
+                        ratio_cell(ours, theirs),
                     )
                 )
     for client, count, samples in results.hooks:
@@ -1027,7 +1038,8 @@ pool), timed from the hook's start until a separate watcher saw the last pod exi
 resume hook answers before the pods exist (ACCEPTED). Baselines create/delete the bridge's own pod
 manifests: lean = urllib3 + pre-serialised bytes + 64 threads; official = the kubernetes client, 64
 threads (both with the bridge's ServiceAccount token); StatefulSet = Parallel, N replicas (its
-scale-down timed up to 1,000). Several rounds: min / median / max, the ratio of the medians. Hook
+scale-down timed up to 1,000). Several rounds: min / median / max, the ratio of the medians and
+each round's own ratio. Hook
 rows: the real resume hook's wall time against that bridge (hook.sh with its Go client, the
 default, and with SKB_HOOK_CLIENT=python), fresh nodes each run, each started when the machine is
 quiet (< 25 % CPU busy over 1 s; see Ground.hook_samples)."""

@@ -71,7 +71,7 @@ def test_the_scale_table_reports_each_runs_spread_and_the_ratio_of_medians() -> 
             "resume 1,000 nodes via the hook → all pods exist",
             "2.00 / 3.00 / 9.00 s (min / median / max of 3)",
             "1.00 / 2.00 / 2.50 s (min / median / max of 3), " + resume_scale.DESCRIPTIONS["lean"],
-            "1.50x",
+            "1.50x (each round: 2.00 / 1.50 / 3.60)",
         )
     ]
 
@@ -87,3 +87,18 @@ def test_the_explain_table_has_a_line_per_variant_measured() -> None:
         "lean | 2.00 / 2.50 / 3.00 | 1.90 / 2.40 / 2.90 | kube-apiserver 3.50, the creator 0.50",
         "bridge | 2.50 / 2.50 / 2.50 | 2.40 / 2.40 / 2.40 | kube-apiserver 3.50, bridge 0.90",
     ]
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "cell"),
+    [
+        ([2.0], [1.0], "2.00x"),
+        ([2.0, 4.0], [2.0, 2.0], "1.50x (each round: 1.00 / 2.00)"),
+        # A contender that lost a round: no pairing to trust, the medians only.
+        ([2.0, 4.0, 3.0], [2.0, 2.0], "1.50x"),
+    ],
+)
+def test_the_ratio_cell_pairs_rounds_only_when_each_contender_ran_every_round(
+    ours: list[float], theirs: list[float], cell: str
+) -> None:
+    assert resume_scale.ratio_cell(ours, theirs) == cell
