@@ -24,6 +24,12 @@ endif
 ifdef HA
 export SKB_HA := $(HA)
 endif
+# K8S=1.34 (make up, demo, test): the proving ground's Kubernetes control plane; 1.37 when unset.
+# The real node's kubelet is 1.34 either way (dev/proving_ground/layout.py KUBELET_VERSION); a
+# ground of the other version starts again from a fresh cluster.
+ifdef K8S
+export SKB_K8S := $(K8S)
+endif
 PYTEST_ARGS ?=
 
 .PHONY: help deps venv hook-client build up down status lint typecheck proto check test unit demo bench chaos clean image
@@ -60,7 +66,7 @@ $(HOOK_BIN): $(HOOK_SRC)
 
 hook-client: $(HOOK_BIN) ## the hooks' static Go client, slurm_plugins/bin/skb-hook (rebuilt when its sources change)
 
-build: ## build Kubernetes, etcd, kwok, kustomize, crictl into the cache (once)
+build: ## build Kubernetes (1.37 and 1.34), etcd, kwok, kustomize, crictl into the cache (once)
 	@dev/build-kubernetes.sh
 
 up: deps venv hook-client ## start the proving ground (idempotent)

@@ -7,14 +7,15 @@
 # release and replace each staging module with its published v0.Y.Z twin instead.
 set -euo pipefail
 
-KUBERNETES_VERSION=${KUBERNETES_VERSION:-v1.34.4}
+# The control planes of the ground's matrix (dev/proving_ground/layout.py KUBERNETES_VERSIONS) and
+# the real node's kubelet (KUBELET_VERSION, the oldest of them): each release in its own directory.
+KUBERNETES_VERSIONS=${KUBERNETES_VERSIONS:-${KUBERNETES_VERSION:-v1.37.2 v1.34.4}}
 KWOK_VERSION=${KWOK_VERSION:-v0.7.0}
 KUSTOMIZE_VERSION=${KUSTOMIZE_VERSION:-v5.7.1}
 CRICTL_VERSION=${CRICTL_VERSION:-v1.34.0}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.15.0}
 CACHE_DIR=${SKB_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/slurm-k8s-bridge}
 
-out="$CACHE_DIR/kubernetes-$KUBERNETES_VERSION"
 kwok_out="$CACHE_DIR/kwok-$KWOK_VERSION"
 kustomize_out="$CACHE_DIR/kustomize-$KUSTOMIZE_VERSION"
 crictl_out="$CACHE_DIR/crictl-$CRICTL_VERSION"
@@ -23,36 +24,46 @@ k8s_commands=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube
 
 log() { printf '[build-kubernetes %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
+have_kubernetes() { # version
+  local f out="$CACHE_DIR/kubernetes-$1"
+  for f in "$out"/{kube-apiserver,kube-controller-manager,kube-scheduler,kubelet,kube-proxy,kubectl,etcd}; do
+    [ -x "$f" ] || return 1
+  done
+}
+
 have_all() {
-  local f
-  for f in "$out"/{kube-apiserver,kube-controller-manager,kube-scheduler,kubelet,kube-proxy,kubectl,etcd} \
-           "$kwok_out/kwok" "$kustomize_out/kustomize" "$crictl_out/crictl" \
+  local f v
+  for v in $KUBERNETES_VERSIONS; do have_kubernetes "$v" || return 1; done
+  for f in "$kwok_out/kwok" "$kustomize_out/kustomize" "$crictl_out/crictl" \
            "$coredns_out/coredns"; do
     [ -x "$f" ] || return 1
   done
 }
 
 if have_all; then
-  log "cached: $out (nothing to build)"
+  log "cached: Kubernetes $KUBERNETES_VERSIONS under $CACHE_DIR (nothing to build)"
   exit 0
 fi
 mkdir -p "$CACHE_DIR"
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 
-if [ ! -x "$out/kube-proxy" ] || [ ! -x "$out/etcd" ]; then
-  work="$CACHE_DIR/src/kubernetes-$KUBERNETES_VERSION"
+build_kubernetes() { # version
+  local version=$1 out="$CACHE_DIR/kubernetes-$1"
+  have_kubernetes "$version" && return 0
+  local work="$CACHE_DIR/src/kubernetes-$version"
   mkdir -p "$work"
-  minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
-  staging_version="v0.${KUBERNETES_VERSION#v1.}"
-  log "resolving k8s.io/kubernetes $KUBERNETES_VERSION (staging modules at $staging_version)"
-  k8s_dir=$(cd "$work" && go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" \
+  local minor=${version#v1.}; minor=${minor%%.*}
+  local staging_version="v0.${version#v1.}"
+  log "resolving k8s.io/kubernetes $version (staging modules at $staging_version)"
+  local k8s_dir
+  k8s_dir=$(cd "$work" && go mod download -json "k8s.io/kubernetes@$version" \
             | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
   {
     echo "module slurm-k8s-bridge.local/kubernetes-build"
     echo
     echo "go 1.24"
     echo
-    echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
+    echo "require k8s.io/kubernetes $version"
     echo
     echo "replace ("
     sed -n 's#^\t\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 '"$staging_version"'#p' "$k8s_dir/go.mod"
@@ -76,20 +87,21 @@ import (
 GO
   log "go mod tidy (downloads modules on a cold machine)"
   (cd "$work" && go mod tidy)
-  ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION"
+  local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version"
   ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
   ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
-  ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES_VERSION"
+  ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=$version"
   ldflags+=" -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
   mkdir -p "$out.partial"
-  pkgs=()
+  local pkgs=() c
   for c in "${k8s_commands[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
-  log "go build ${k8s_commands[*]} etcd (cold: 8-15 min on 2 cores)"
+  log "go build Kubernetes $version: ${k8s_commands[*]} etcd (cold: 8-15 min on 2 cores)"
   (cd "$work" && go build -trimpath -ldflags "$ldflags" -o "$out.partial/" "${pkgs[@]}")
   (cd "$work" && go build -trimpath -ldflags "-s -w" -o "$out.partial/etcd" go.etcd.io/etcd/server/v3)
   rm -rf "$out" && mv "$out.partial" "$out"
   log "built $out"
-fi
+}
+for version in $KUBERNETES_VERSIONS; do build_kubernetes "$version"; done
 
 go_install() { # name version-dir module@version
   local name=$1 dir=$2 module=$3

@@ -16,8 +16,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="proving_ground",
         description="A real Slurm (slurmctld 26.05 unless SLURM=22.05|24.11) and a real Kubernetes "
-        "(etcd, kube-apiserver, "
-        "controller-manager, scheduler, a kubelet with containerd, kwok nodes) on this machine, "
+        "(etcd, kube-apiserver, controller-manager, scheduler of 1.37 unless K8S=1.34, a 1.34 "
+        "kubelet with containerd, kwok nodes) on this machine, "
         "built offline and cached. State, logs and PIDs: .local/; binaries and images: "
         "~/.cache/slurm-k8s-bridge (SKB_CACHE_DIR).",
     )

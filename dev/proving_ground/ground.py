@@ -20,6 +20,8 @@ from .layout import (
     BRIDGE_NAME,
     GROUND_RUN,
     HOST_IP,
+    KUBELET_VERSION,
+    KUBERNETES_VERSIONS,
     KWOK_NODES,
     MUNGE_SOCKET,
     NAMESPACE,
@@ -98,9 +100,16 @@ def check_prerequisites() -> None:
         raise ProvingGroundError("the proving ground runs containerd and a kubelet: run it as root")
 
 
-def build_binaries(layout: Layout) -> None:
+def build_binaries(layout: Layout, kubernetes: str) -> None:
+    """Kubernetes ``kubernetes``'s control plane and the real node's kubelet, kwok and the tools
+    (cached: a second run builds nothing)."""
     script = layout.root / "dev" / "build-kubernetes.sh"
-    env = {**os.environ, "SKB_CACHE_DIR": str(layout.cache)}
+    versions = sorted({KUBERNETES_VERSIONS[kubernetes], KUBELET_VERSION})
+    env = {
+        **os.environ,
+        "SKB_CACHE_DIR": str(layout.cache),
+        "KUBERNETES_VERSIONS": " ".join(versions),
+    }
     # Streams the build's own progress lines; a cached run prints one line.
     subprocess.run([str(script)], check=True, env=env)
 
@@ -114,6 +123,8 @@ def _write_env_file(layout: Layout, series: str) -> None:
     layout.bin.mkdir(parents=True, exist_ok=True)
     for name in ("kubectl",):
         link = layout.bin / name
+        if link.is_symlink() and link.readlink() != layout.kubernetes_bin / name:
+            link.unlink()  # a kubectl of an earlier default Kubernetes
         if not link.exists():
             link.symlink_to(layout.kubernetes_bin / name)
     for name, target in (
@@ -173,13 +184,20 @@ def _check_ha(auth: str) -> None:
 
 
 def up(
-    layout: Layout, series: str | None = None, auth: str | None = None, ha: bool | None = None
+    layout: Layout,
+    series: str | None = None,
+    auth: str | None = None,
+    ha: bool | None = None,
+    kubernetes: str | None = None,
 ) -> None:
     """Start what is not running (idempotent) with Slurm ``series`` (default: ``SKB_SLURM``,
-    else the default series) and ``auth`` (default: ``SKB_AUTH``, else munge), and with ``ha``
-    a backup controller host (default: ``SKB_HA=1``, else one controller); a ground of another
-    series, authentication or controller count switches its Slurm side and bridges."""
+    else the default series) and ``auth`` (default: ``SKB_AUTH``, else munge), with ``ha``
+    a backup controller host (default: ``SKB_HA=1``, else one controller), and the control plane
+    of Kubernetes ``kubernetes`` (default: ``SKB_K8S``, else the newest); a ground of another
+    series, authentication or controller count switches its Slurm side and bridges, one of
+    another Kubernetes starts again from a fresh cluster."""
     started = time.monotonic()
+    kubernetes = kubernetes or kube.kubernetes_from_env()
     series = series or slurm_series.series_from_env()
     auth = auth or slurm_series.auth_from_env()
     ha = backup_host.wanted_from_env() if ha is None else ha
@@ -195,16 +213,12 @@ def up(
         # The bridges' configurations differ (leader election, TLS, both controllers).
         for name in (*backup_host.BACKUP_DAEMONS, "bridge"):
             stop_daemon(state, name)
-    if pki.ca_outdated(layout.pki) and state.running("kube-apiserver"):
-        # Every daemon holds certificates of the old CA: a new PKI needs a fresh start.
-        log.warning("the cluster CA is replaced (no keyUsage): stopping the ground first")
-        down(layout)
-        state = State(layout)
+    state = _fresh_cluster_if_needed(layout, state, kubernetes)
     if "netns_before" not in state.data:
         state.data["netns_before"] = sorted(_netns())
         state.save()
     with Step(f"Kubernetes binaries (cache: {layout.cache})"):
-        build_binaries(layout)
+        build_binaries(layout, kubernetes)
     with Step("certificates and kubeconfigs"):
         pki.ensure_pki(layout.pki)
         kube.write_kubeconfigs(layout)
@@ -213,8 +227,11 @@ def up(
         network.ensure_bridge(state)
         network.write_cni_config(layout.cni_conf_dir, layout.cni_ipam_dir)
     _backup_host(layout, state, ha)
-    with Step("control plane: etcd, kube-apiserver, controller-manager, scheduler"):
-        kube.start_control_plane(layout, state)
+    with Step(
+        f"control plane {KUBERNETES_VERSIONS[kubernetes]}: etcd, kube-apiserver, "
+        "controller-manager, scheduler"
+    ):
+        kube.start_control_plane(layout, state, kubernetes)
     with Step(f"cluster DNS: coredns on {HOST_IP}:53"):
         kube.start_coredns(layout, state)
     with Step(f"real node {REAL_NODE}: images, containerd, kubelet"):
@@ -230,6 +247,23 @@ def up(
     _start_bridges(layout, state, ha)
     print(summary(layout))
     print(f"proving ground up in {time.monotonic() - started:.1f}s")
+
+
+def _fresh_cluster_if_needed(layout: Layout, state: State, kubernetes: str) -> State:
+    """The ground goes down first when its cluster cannot go on: the control plane of
+    ``kubernetes`` replaces another one (a newer etcd's and API server's data is not for an
+    older one), or the CA is replaced (every daemon holds certificates of the old one)."""
+    if not state.running("kube-apiserver"):
+        return state
+    running = kube.running_kubernetes(state)
+    if running != kubernetes:
+        log.warning("Kubernetes %s runs, %s wanted: stopping the ground first", running, kubernetes)
+    elif pki.ca_outdated(layout.pki):
+        log.warning("the cluster CA is replaced (no keyUsage): stopping the ground first")
+    else:
+        return state
+    down(layout)
+    return State(layout)
 
 
 def _backup_host(layout: Layout, state: State, ha: bool) -> None:
@@ -279,6 +313,7 @@ def summary(layout: Layout) -> str:
             *rows,
             f"  kubeconfig:  {layout.kubeconfig}",
             f"  kubectl:     {layout.bin / 'kubectl'}",
+            f"  kubernetes:  {_kubernetes_line(state)}",
             f"  slurm:       {_series_line(layout)}",
             f"  auth:        {_auth_line(layout)}",
             f"  slurm.conf:  {layout.slurm_conf}",
@@ -288,6 +323,12 @@ def summary(layout: Layout) -> str:
             f"  try:         source {layout.local / 'env'}; sinfo; kubectl get nodes",
         ]
     )
+
+
+def _kubernetes_line(state: State) -> str:
+    minor = kube.running_kubernetes(state)
+    gang = "gang scheduling on" if minor in kube.GANG_APISERVER_FLAGS else "no gang scheduling"
+    return f"control plane {KUBERNETES_VERSIONS[minor]} ({gang}), kubelet {KUBELET_VERSION}"
 
 
 def _series_line(layout: Layout) -> str:
@@ -370,9 +411,9 @@ def down(layout: Layout) -> None:
             stop_daemon(state, name)
         _kill_our_shims(layout)
         slurm.remove_static_cgroups()
-        if (layout.kubernetes_bin / "kube-proxy").exists():
+        if (layout.kubelet_bin / "kube-proxy").exists():
             # Removes the KUBE-* iptables chains kube-proxy made.
-            run([str(layout.kubernetes_bin / "kube-proxy"), "--cleanup"], check=False)
+            run([str(layout.kubelet_bin / "kube-proxy"), "--cleanup"], check=False)
         if state.data.get("kubelet_started"):
             network.remove_kube_chains()
             state.data.pop("kubelet_started", None)

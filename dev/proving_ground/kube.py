@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import ssl
 import urllib.request
@@ -14,9 +15,11 @@ from . import bridge_image, images
 from .layout import (
     APISERVER_PORT,
     CLUSTER_DOMAIN,
+    DEFAULT_KUBERNETES,
     ETCD_PEER_PORT,
     ETCD_PORT,
     HOST_IP,
+    KUBERNETES_VERSIONS,
     KWOK_NODES,
     POD_SUBNET,
     REAL_NODE,
@@ -34,6 +37,36 @@ KWOK_LABEL = ("type", "kwok")
 KWOK_TAINT = ("kwok.x-k8s.io/node", "fake")
 #: kwok's pod lifecycle on the ground: its defaults, but readiness gates left to their owners.
 KWOK_POD_STAGES = Path(__file__).resolve().with_name("kwok-pod-stages.yaml")
+#: Gang scheduling where the control plane has it (issue 34): the PodGroup API and the scheduler's
+#: GangScheduling plugin sit behind the GenericWorkload gate (alpha in 1.35, beta but off by
+#: default in 1.37), and a beta API is served only when asked for. 1.34 knows neither the gate
+#: nor the API (an unknown gate stops a daemon), so it gets none.
+GANG_APISERVER_FLAGS = {
+    "1.37": (
+        "--feature-gates=GenericWorkload=true",
+        "--runtime-config=scheduling.k8s.io/v1beta1=true",
+    ),
+}
+GENERIC_WORKLOAD_FLAGS = {"1.37": ("--feature-gates=GenericWorkload=true",)}
+#: The state file's record of the running control plane; grounds from before the matrix ran 1.34.
+KUBERNETES_KEY = "kubernetes"
+RECORDED_BEFORE_THE_MATRIX = "1.34"
+
+
+def kubernetes_from_env() -> str:
+    """``SKB_K8S`` (``make up K8S=1.34`` sets it), else the default; refuses others."""
+    minor = os.environ.get("SKB_K8S") or DEFAULT_KUBERNETES
+    if minor not in KUBERNETES_VERSIONS:
+        raise ProvingGroundError(
+            f"K8S={minor}: not a Kubernetes the proving ground runs "
+            f"(choose one of {', '.join(KUBERNETES_VERSIONS)})"
+        )
+    return minor
+
+
+def running_kubernetes(state: State) -> str:
+    """The control plane's minor the ground last started."""
+    return str(state.data.get(KUBERNETES_KEY, RECORDED_BEFORE_THE_MATRIX))
 
 
 def _https_ok(layout: Layout, url: str) -> bool:
@@ -71,8 +104,12 @@ def write_kubeconfigs(layout: Layout) -> None:
     layout.kubeconfig.write_text(kubeconfig(layout.pki, "admin", APISERVER_URL))
 
 
-def start_control_plane(layout: Layout, state: State) -> None:
-    k8s = layout.kubernetes_bin
+def start_control_plane(layout: Layout, state: State, minor: str = DEFAULT_KUBERNETES) -> None:
+    """etcd and the control plane of Kubernetes ``minor`` (its own etcd: a newer etcd's data
+    is not for an older one, so a switch starts from a fresh cluster, see ``ground.up``)."""
+    k8s = layout.control_plane_bin(minor)
+    state.data[KUBERNETES_KEY] = minor
+    state.save()
     kc = layout.local / "kubeconfigs"
     pki = layout.pki
     start_daemon(
@@ -119,6 +156,7 @@ def start_control_plane(layout: Layout, state: State) -> None:
             "--allow-privileged=true",
             "--profiling=false",
             "--v=1",
+            *GANG_APISERVER_FLAGS.get(minor, ()),
         ],
         log_dir=layout.logs,
     )
@@ -146,6 +184,7 @@ def start_control_plane(layout: Layout, state: State) -> None:
             "--bind-address=127.0.0.1",
             "--profiling=false",
             "--v=1",
+            *GENERIC_WORKLOAD_FLAGS.get(minor, ()),
         ],
         log_dir=layout.logs,
     )
@@ -161,6 +200,7 @@ def start_control_plane(layout: Layout, state: State) -> None:
             "--bind-address=127.0.0.1",
             "--profiling=false",
             "--v=1",
+            *GENERIC_WORKLOAD_FLAGS.get(minor, ()),
         ],
         log_dir=layout.logs,
     )
@@ -298,7 +338,7 @@ def start_real_node(layout: Layout, state: State, series: str) -> None:
         state,
         "kubelet",
         [
-            str(layout.kubernetes_bin / "kubelet"),
+            str(layout.kubelet_bin / "kubelet"),
             f"--config={kubelet_config}",
             f"--kubeconfig={layout.local / 'kubeconfigs' / 'kubelet.kubeconfig'}",
             f"--hostname-override={REAL_NODE}",
@@ -320,7 +360,7 @@ def start_kube_proxy(layout: Layout, state: State) -> None:
         state,
         "kube-proxy",
         [
-            str(layout.kubernetes_bin / "kube-proxy"),
+            str(layout.kubelet_bin / "kube-proxy"),
             f"--kubeconfig={layout.local / 'kubeconfigs' / 'kube-proxy.kubeconfig'}",
             f"--hostname-override={REAL_NODE}",
             "--proxy-mode=iptables",

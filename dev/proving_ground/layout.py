@@ -6,7 +6,16 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-KUBERNETES_VERSION = "v1.34.4"
+#: The control planes the ground runs (``make up K8S=1.34`` sets ``SKB_K8S``): minor -> release.
+#: The newest is the default; 1.34 stays in the matrix (tests/e2e/test_zz_down_and_up.py).
+KUBERNETES_VERSIONS = {"1.37": "v1.37.2", "1.34": "v1.34.4"}
+DEFAULT_KUBERNETES = "1.37"
+KUBERNETES_VERSION = KUBERNETES_VERSIONS[DEFAULT_KUBERNETES]
+#: The real node's kubelet and kube-proxy, whatever the control plane: kubelets from 1.35 on
+#: refuse a cgroup v1 host (this VM's), and Debian's containerd 1.6 is older than newer kubelets
+#: accept. Kubernetes' version-skew policy lets a kubelet be three minors older than the API
+#: server, so 1.34 serves a 1.37 control plane.
+KUBELET_VERSION = "v1.34.4"
 KWOK_VERSION = "v0.7.0"
 KUSTOMIZE_VERSION = "v5.7.1"
 CRICTL_VERSION = "v1.34.0"
@@ -108,7 +117,17 @@ class Layout:
 
     @property
     def kubernetes_bin(self) -> Path:
+        """The default control plane's binaries (kubectl comes from here, whichever runs)."""
         return self.cache / f"kubernetes-{KUBERNETES_VERSION}"
+
+    def control_plane_bin(self, minor: str) -> Path:
+        """etcd, kube-apiserver, controller-manager and scheduler of Kubernetes ``minor``."""
+        return self.cache / f"kubernetes-{KUBERNETES_VERSIONS[minor]}"
+
+    @property
+    def kubelet_bin(self) -> Path:
+        """The real node's kubelet and kube-proxy (see :data:`KUBELET_VERSION`)."""
+        return self.cache / f"kubernetes-{KUBELET_VERSION}"
 
     @property
     def kwok_bin(self) -> Path:
