@@ -77,6 +77,9 @@ class KubernetesSettings:
     lease_duration_s: int = 15
     #: How often each bridge reads (and the leader renews) the Lease.
     lease_retry_s: float = 2.0
+    #: ``auto``: a multi-node job's pods go in one PodGroup (bound together or none) when the
+    #: API server serves the PodGroup API; ``off``: placed one by one (bridge.domain.gangs).
+    gang_scheduling: str = "auto"
 
     def lease(self, cluster_name: str) -> str:
         return self.lease_name or f"slurm-k8s-bridge-{cluster_name}"

@@ -22,6 +22,7 @@ import grpc
 from bridge.api.forwarding import LeaderForwarder, was_forwarded
 from bridge.api.log_fields import printable
 from bridge.domain.circuit import PoolBreakerStatus
+from bridge.domain.gang_mode import GangMode
 from bridge.domain.leadership import LeaderState
 from bridge.domain.results import NodeResult, NodeStatus, Outcome
 from bridge.errors import (
@@ -39,6 +40,7 @@ from bridge.rpc._proto.slurm_k8s_bridge.v1 import bridge_pb2_grpc as pb_grpc
 from bridge.rpc.wire import (
     ERROR_METADATA_KEY,
     breaker_to_pb,
+    gang_mode_to_pb,
     leadership_to_pb,
     node_event_kind_from_pb,
     result_to_pb,
@@ -94,6 +96,10 @@ class BridgeUseCases(Protocol):
 
     def resume_pool(self, pool: str, request_id: str) -> tuple[PoolBreakerStatus, bool]:
         """Close ``pool``'s circuit breaker; its state after, and whether it was paused."""
+        ...
+
+    def gang_scheduling(self) -> GangMode:
+        """Whether a multi-node job's pods go in one PodGroup (ListPools says it)."""
         ...
 
 
@@ -314,6 +320,7 @@ class BridgeServicer(pb_grpc.BridgeServicer):
         try:
             self._check_caller(context)
             pools = self._use_cases.pool_status()
+            gang = self._use_cases.gang_scheduling()
         except Exception as e:  # every failure must become a status, not a stack trace
             self._abort(context, rpc="ListPools", rid=rid, hostlist="", exc=e, start=start)
         log.info(
@@ -326,6 +333,7 @@ class BridgeServicer(pb_grpc.BridgeServicer):
         return pb.ListPoolsResponse(
             pools=[breaker_to_pb(p) for p in pools],
             leadership=leadership_to_pb(self._leader.state()),
+            gang_scheduling=gang_mode_to_pb(gang),
         )
 
     def ResumePool(  # noqa: N802

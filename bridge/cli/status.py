@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from bridge.cli.status_report import StatusOptions, iso_utc, render
 from bridge.domain.circuit import BreakerState
+from bridge.domain.gang_mode import GangMode
 from bridge.domain.hostlist import expand
 from bridge.domain.leadership import LeaderState
 from bridge.domain.nodes import SUFFIX_FLAGS, SlurmNode
@@ -281,11 +282,12 @@ def status_watch(
 
 
 def paused_pools_note(client: BridgeClient) -> str:
-    """One line per paused pool (``pool NAME paused until ...: reason``) and, with leader
-    election on, one saying who leads; "" when there is nothing to say. A bridge that cannot
-    tell (older, no ListPools) is left out silently: the table is the answer."""
+    """One line per paused pool (``pool NAME paused until ...: reason``), with leader election
+    on one saying who leads, and one saying whether the bridge gang-schedules; "" when there is
+    nothing to say. A bridge that cannot tell (older, no ListPools) is left out silently: the
+    table is the answer."""
     try:
-        pools, leadership = client.pools_and_leadership()
+        pools, leadership, gang = client.pools_report()
     except BridgeError:
         return ""
     lines = [
@@ -293,7 +295,14 @@ def paused_pools_note(client: BridgeClient) -> str:
         for b in pools
         if b.state is BreakerState.OPEN and b.paused_until is not None
     ]
-    return "\n".join([*lines, leadership_note(leadership)]).strip("\n")
+    notes = [*lines, leadership_note(leadership), gang_note(gang)]
+    return "\n".join(n for n in notes if n)
+
+
+def gang_note(mode: GangMode | None) -> str:
+    """``gang scheduling: on (scheduling.k8s.io/v1beta1 PodGroup)``, or off and why; "" from a
+    bridge that does not say."""
+    return "" if mode is None else f"gang scheduling: {mode.describe()}"
 
 
 def leadership_note(state: LeaderState) -> str:

@@ -19,6 +19,7 @@ Environment overrides (applied on top of the file; the file's value when unset):
     SKB_KUBERNETES_CONTEXT            kubernetes.context         ("" = the kubeconfig's current)
     SKB_KUBERNETES_NODE_SERVICE       kubernetes.node_service    ("" = pods get no DNS names)
     SKB_KUBERNETES_CLUSTER_DOMAIN     kubernetes.cluster_domain
+    SKB_KUBERNETES_GANG_SCHEDULING    kubernetes.gang_scheduling (auto or off)
     SKB_SLURM_BIN_DIR                 slurm.bin_dir
     SKB_SLURM_CONF                    slurm.conf                 ("" = Slurm's default)
     SKB_SLURM_COMMAND_TIMEOUT_S       slurm.command_timeout_s

@@ -17,6 +17,7 @@ from pydantic import BeforeValidator
 
 from bridge.config.yaml_lines import show
 from bridge.domain.field_path import FieldPath
+from bridge.domain.gang_mode import GANG_AUTO, GANG_OFF
 from bridge.domain.pod_rendering import AUTH_MUNGE, AUTH_SLURM
 from bridge.domain.pools import MAX_PATIENCE_S, dns_label_problem
 
@@ -173,6 +174,23 @@ def flag() -> BeforeValidator:
         return text  # read() names it
 
     return BeforeValidator(Rule(read, from_env))
+
+
+def gang_setting() -> BeforeValidator:
+    """``auto`` or ``off``. YAML reads an unquoted ``off`` as false: that is ``off`` too."""
+
+    def read(value: Any) -> str:
+        _not_null(value)
+        if value is False:
+            return GANG_OFF
+        if value not in (GANG_AUTO, GANG_OFF):
+            raise FieldProblem(
+                f"must be {GANG_AUTO} (PodGroups when the API server serves them) or "
+                f"{GANG_OFF}, got {show(value)}"
+            )
+        return str(value)
+
+    return BeforeValidator(Rule(read, _text))
 
 
 def octal_mode() -> BeforeValidator:

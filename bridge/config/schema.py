@@ -66,6 +66,7 @@ class KubernetesSection(BaseModel):
     leader_identity: Annotated[str, rules.string()] = KubernetesSettings.leader_identity
     lease_duration_s: Annotated[int, rules.count(3600)] = KubernetesSettings.lease_duration_s
     lease_retry_s: Annotated[float, rules.seconds(positive=True)] = KubernetesSettings.lease_retry_s
+    gang_scheduling: Annotated[str, rules.gang_setting()] = KubernetesSettings.gang_scheduling
 
     @model_validator(mode="after")
     def _lease_is_renewed_in_time(self) -> Self:

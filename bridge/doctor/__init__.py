@@ -11,11 +11,13 @@ image's Slurm series) and :mod:`~bridge.doctor.hook_runtime` (what ResumeProgram
 
 from bridge.doctor.checks import (
     CORDON_ACCESS,
+    POD_GROUP_ACCESS,
     Check,
     Owner,
     SocketFacts,
     Status,
     check_cordon_access,
+    check_gang_scheduling,
     check_hook_program,
     check_list_globals,
     check_name,
@@ -60,6 +62,7 @@ from bridge.doctor.slurm_writes import check_slurm_write, is_refusal, write_prob
 
 __all__ = [
     "CORDON_ACCESS",
+    "POD_GROUP_ACCESS",
     "Check",
     "HookFiles",
     "HookRuntime",
@@ -70,6 +73,7 @@ __all__ = [
     "Status",
     "accepted_older_releases",
     "check_cordon_access",
+    "check_gang_scheduling",
     "check_hook_program",
     "check_hook_runtime",
     "check_image_names",

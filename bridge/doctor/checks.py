@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from bridge.domain.gang_mode import POD_GROUP_API_GROUP, GangMode
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.pod_rendering import AUTH_SLURM
 from bridge.settings import SlurmSettings
@@ -32,6 +33,9 @@ CORDON_FIX: Final = (
     "apply the ClusterRole slurm-k8s-bridge-nodes and its ClusterRoleBinding "
     "(deploy/kustomize/namespace/node-reader.yaml)"
 )
+#: What gang scheduling needs (``scheduling.k8s.io``, in the namespace) when the API server
+#: serves PodGroups: without it a multi-node job's pods are placed one by one.
+POD_GROUP_ACCESS: Final = (("podgroups", ("create", "list", "patch", "delete")),)
 #: slurm.conf keys naming the programs slurmctld runs for power saving.
 HOOK_KEYS: Final = ("ResumeProgram", "SuspendProgram", "ResumeFailProgram")
 #: The oldest Python the package and its hooks run on (``python -P``, ``datetime.UTC``).
@@ -76,16 +80,18 @@ def summary(checks: Sequence[Check]) -> str:
 # Kubernetes
 
 
-def rule_allows(rule: Mapping[str, Any], verb: str, resource: str, name: str = "") -> bool:
+def rule_allows(
+    rule: Mapping[str, Any], verb: str, resource: str, name: str = "", *, group: str = ""
+) -> bool:
     """Whether one ``resourceRules`` entry of a SelfSubjectRulesReview allows ``verb`` on the
-    core-group ``resource`` (named ``name``; without a name, only a rule without
-    ``resourceNames`` counts)."""
+    ``resource`` of API ``group`` ("" the core group; named ``name``; without a name, only a
+    rule without ``resourceNames`` counts)."""
 
     def has(key: str, wanted: str) -> bool:
         values = rule.get(key) or []
         return "*" in values or wanted in values
 
-    if not (has("verbs", verb) and has("apiGroups", "") and has("resources", resource)):
+    if not (has("verbs", verb) and has("apiGroups", group) and has("resources", resource)):
         return False
     names = rule.get("resourceNames") or []
     return not names or (bool(name) and name in names)
@@ -94,13 +100,16 @@ def rule_allows(rule: Mapping[str, Any], verb: str, resource: str, name: str = "
 def missing_access(
     rules: Sequence[Mapping[str, Any]],
     required: Sequence[tuple[str, Sequence[str]]] = REQUIRED_ACCESS,
+    *,
+    group: str = "",
 ) -> list[str]:
-    """``"<verb> <resource>"`` for every required permission no rule grants."""
+    """``"<verb> <resource>"`` for every required permission (of API ``group``) no rule
+    grants."""
     return [
         f"{verb} {resource}"
         for resource, verbs in required
         for verb in verbs
-        if not any(rule_allows(rule, verb, resource) for rule in rules)
+        if not any(rule_allows(rule, verb, resource, group=group) for rule in rules)
     ]
 
 
@@ -127,6 +136,32 @@ def check_cordon_access(missing: Sequence[str], who: str) -> Check:
             CORDON_FIX,
         )
     return Check(Status.PASS, "rbac-cordons", f"{who} may list nodes (cordon handling on)")
+
+
+def check_gang_scheduling(
+    mode: GangMode, missing: Sequence[str], who: str, *, unknown: str = ""
+) -> Check:
+    """Which mode the bridge would run (``kubernetes.gang_scheduling`` and the API server's
+    PodGroup API; ``unknown``: why that could not be discovered) and, when on, whether it may
+    work the groups. A warning at worst: without them a multi-node job's pods are placed one
+    by one, as without gang scheduling."""
+    name = "gang scheduling"
+    if unknown:
+        return Check(Status.WARN, name, mode.describe(), "check the API server")
+    if mode.on and missing:
+        granted = ", ".join(missing)
+        return Check(
+            Status.WARN,
+            name,
+            f"{mode.describe()}, but {who} may not {granted} ({POD_GROUP_API_GROUP}): a "
+            "multi-node job's pods are then placed one by one",
+            f"grant {granted} on {POD_GROUP_API_GROUP} podgroups ({RBAC_FIX}), or set "
+            "kubernetes.gang_scheduling: off",
+        )
+    if mode.on:
+        wanted = ", ".join(POD_GROUP_ACCESS[0][1])
+        return Check(Status.PASS, name, f"{mode.describe()}; {who} may {wanted} podgroups")
+    return Check(Status.SKIP, name, mode.describe())
 
 
 def readable_names(rules: Sequence[Mapping[str, Any]], resource: str) -> list[str]:

@@ -11,7 +11,7 @@ import pwd
 import socket
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -22,12 +22,14 @@ from bridge.adapters.slurm.conf_files import read_site_names, slurm_conf_path
 from bridge.doctor.checks import (
     CORDON_ACCESS,
     HOOK_KEYS,
+    POD_GROUP_ACCESS,
     SLURMD_PORT,
     Check,
     Owner,
     SocketFacts,
     Status,
     check_cordon_access,
+    check_gang_scheduling,
     check_hook_program,
     check_list_globals,
     check_name,
@@ -54,6 +56,7 @@ from bridge.doctor.images import (
 )
 from bridge.doctor.interpreter import run_hook_python
 from bridge.doctor.slurm_writes import check_slurm_write, write_probe_node
+from bridge.domain.gang_mode import GANG_OFF, POD_GROUP_API_GROUP, gang_mode
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.pod_rendering import render_pod
 from bridge.domain.pods import PodView
@@ -107,6 +110,7 @@ def _kubernetes_checks(config: BridgeConfig) -> list[Check]:
             return checks
         checks.append(check_rbac(missing, k.namespace, f"credentials from {source}"))
         checks.append(check_cordon_access(cordon_missing, f"credentials from {source}"))
+        checks.append(_gang_check(config, pods, rules, incomplete, f"credentials from {source}"))
         secret, fix = key_secret(config.slurm, k.namespace)
         checks.append(
             check_object(
@@ -138,6 +142,31 @@ def _kubernetes_checks(config: BridgeConfig) -> list[Check]:
         return [*checks, Check(Status.FAIL, "kubernetes", str(e), "check the API server")]
     finally:
         pods.close()
+
+
+def _gang_check(
+    config: BridgeConfig,
+    pods: PodGateway,
+    rules: Sequence[Mapping[str, Any]],
+    incomplete: bool,
+    who: str,
+) -> Check:
+    """The gang scheduling mode the bridge would run, and the PodGroup rights it needs then."""
+    served, unknown = None, ""
+    if config.kubernetes.gang_scheduling != GANG_OFF:
+        try:
+            served = pods.pod_group_api()
+        except BackendError as e:
+            unknown = str(e)
+    mode = gang_mode(config.kubernetes.gang_scheduling, served, unknown=unknown)
+    missing: list[str] = []
+    if mode.on:
+        missing = missing_access(rules, POD_GROUP_ACCESS, group=POD_GROUP_API_GROUP)
+        if incomplete:  # another authorizer (webhook) may allow what RBAC's rules miss
+            missing = [
+                m for m in missing if not pods.may(*m.split(" ", 1), group=POD_GROUP_API_GROUP)
+            ]
+    return check_gang_scheduling(mode, missing, who, unknown=unknown)
 
 
 def _exists(read: Any, name: str) -> bool | None:

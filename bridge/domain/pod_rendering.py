@@ -131,7 +131,11 @@ def render_pod(pool: NodePool, node: str, settings: PodSettings) -> dict[str, An
 
 
 def render_pods(
-    pool: NodePool, nodes: Sequence[str], settings: PodSettings
+    pool: NodePool,
+    nodes: Sequence[str],
+    settings: PodSettings,
+    *,
+    pod_groups: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The pod manifests of ``nodes`` of ``pool``, in order; the same as :func:`render_pod` for
     each, and no two of them (nor the pool's template) share a dict or a list.
@@ -139,6 +143,11 @@ def render_pods(
     The pool's pod is rendered once and kept as JSON bytes, an immutable template; each node's
     pod is decoded from them and gets the four places that name the node set. (A deep copy of
     the template per pod cost three times as much.)
+
+    ``pod_groups`` (node → PodGroup name) puts a job's nodes in their gang
+    (``spec.schedulingGroup``, see ``bridge.domain.gangs``); a node it does not name gets the
+    pod it gets without it, byte for byte. The group is per node, so it is set after the
+    shared template, like the name, and stays out of the template hash.
     """
     for node in nodes:
         if node not in pool:
@@ -159,6 +168,9 @@ def render_pods(
         pod["spec"]["hostname"] = node
         # The slurmd container's env starts with SLURM_NODENAME (see _slurmd_container).
         pod["spec"]["containers"][slurmd_index]["env"][0]["value"] = node
+        group = pod_groups.get(node) if pod_groups else None
+        if group:
+            pod["spec"]["schedulingGroup"] = {"podGroupName": group}
         pods.append(pod)
     return pods
 

@@ -39,6 +39,9 @@ _OWN_SPEC_KEYS = {
     "hostname": "the bridge sets it to the node name",
     "subdomain": "the bridge sets it to kubernetes.node_service",
     "nodeName": "the scheduler places the pod; use nodeSelector or affinity",
+    # One group for a whole pool would hold every node of it for the first job's gang.
+    "schedulingGroup": "the bridge sets it: a job's nodes share the job's PodGroup "
+    "(kubernetes.gang_scheduling)",
 }
 _KEY_MOUNTED = "mounts the key Secret {}; only the bridge mounts it, into slurmd alone"
 _KEY_READ = "reads the key Secret {}; only the bridge mounts it, into slurmd alone"

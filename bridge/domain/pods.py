@@ -102,6 +102,9 @@ class PodView:
     first_seen: datetime | None = None
     #: The :data:`ANNOTATION_CREATE_ID` it was created with ("" when none).
     create_id: str = ""
+    #: The PodGroup it was created in (``spec.schedulingGroup.podGroupName``, immutable), the
+    #: gang of its job's nodes (``bridge.domain.gangs``); None for a pod scheduled on its own.
+    pod_group: str | None = None
 
     @property
     def is_running(self) -> bool:
@@ -123,7 +126,8 @@ class PodView:
 TERMINATING = PodFailure("Deleted", "the pod is being deleted")
 
 
-def _parse_time(value: str) -> datetime:
+def parse_time(value: str) -> datetime:
+    """An API server timestamp (RFC 3339, ``Z`` for UTC) as an aware datetime."""
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
@@ -172,7 +176,7 @@ def pod_holdup(status: Mapping[str, Any], created_at: datetime) -> PodHoldup | N
     """What keeps a pod from running while waiting may still help (see :class:`PodHoldup`)."""
     scheduled = _condition(status, "PodScheduled")
     since_text = scheduled.get("lastTransitionTime")
-    since = _parse_time(since_text) if isinstance(since_text, str) else created_at
+    since = parse_time(since_text) if isinstance(since_text, str) else created_at
     if scheduled.get("status") == "False" and scheduled.get("reason") == UNSCHEDULABLE:
         return PodHoldup(UNSCHEDULABLE, scheduled.get("message") or "no node fits", since)
     for key in ("initContainerStatuses", "containerStatuses"):
@@ -205,7 +209,7 @@ def pod_view(manifest: Mapping[str, Any]) -> PodView:
     failure = pod_failure(status)
     if deleting and failure is None:
         failure = TERMINATING
-    created_at = _parse_time(metadata["creationTimestamp"])
+    created_at = parse_time(metadata["creationTimestamp"])
     return PodView(
         name=metadata["name"],
         node=labels.get(LABEL_NODE, metadata["name"]),
@@ -218,11 +222,18 @@ def pod_view(manifest: Mapping[str, Any]) -> PodView:
         host=spec.get("nodeName", ""),
         uid=str(metadata.get("uid") or ""),
         holdup=None if failure is not None else pod_holdup(status, created_at),
-        deletion_deadline=_parse_time(deletion) if isinstance(deletion, str) else None,
+        deletion_deadline=parse_time(deletion) if isinstance(deletion, str) else None,
         deletion_grace_s=_grace(metadata.get("deletionGracePeriodSeconds")),
         namespace=str(metadata.get("namespace") or ""),
         slurm_state=str(labels.get(LABEL_SLURM_STATE) or ""),
         registered=_registered(status),
         template_hash=str(labels.get(LABEL_TEMPLATE_HASH) or ""),
         create_id=str(annotations.get(ANNOTATION_CREATE_ID) or ""),
+        pod_group=_pod_group(spec),
     )
+
+
+def _pod_group(spec: Mapping[str, Any]) -> str | None:
+    group = spec.get("schedulingGroup")
+    name = group.get("podGroupName") if isinstance(group, Mapping) else None
+    return name if isinstance(name, str) and name else None

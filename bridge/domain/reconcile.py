@@ -14,6 +14,9 @@ node powering up, pod terminating          the previous cycle's pod: wait for it
 node powering up or up, pod failed or      DOWN with ``k8s: <Reason>: <message>``, delete pod
 Kubernetes said no (``verdict.judge_pod``) (fail fast: Slurm requeues the job at once)
 node powering up, pod held up (waiting)    the node's Comment says why: ``k8s: waiting: ...``
+node powering up, its pod's PodGroup (the  DOWN with ``k8s: Unschedulable: pod group ...``
+job's gang) cannot be placed whole         at once, unless an autoscaler adds capacity
+                                           (``verdict.judge_pod``)
 node up, no pod                            DOWN with ``k8s: PodMissing`` (re-checked at once
                                            before it is applied), power down after the hold
 node DOWN (our reason), not powered down   delete the pod if any (not while a job on it is still
@@ -28,6 +31,8 @@ node powered down, no pod                  NodeAddr back to the node's name (the
                                            reused by another pod)
 node wants its pod, pod runs on a node     the Comment names pod, Kubernetes node and IP (not
 with an IP                                 over an admin's comment); a waiting message wins
+PodGroup of ours no pod names, older than  delete it (``gangs.stale_pod_groups``): groups have
+``pod_group_age_guard``                    no owner, so nothing else would
 pod that stays, its label or condition     ``SetPodSlurmState``: the state label and the
 differs from the node's Slurm state        ``registered`` condition follow Slurm
 node wants its pod, pod runs on a cordoned ``PowerDownAsap`` with ``k8s: Cordoned``: Slurm
@@ -53,7 +58,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from .gangs import STALE_POD_GROUP_AGE, stale_pod_groups
 from .nodes import SlurmNode
+from .pod_groups import PodGroupView
 from .pod_slurm_state import is_registered, pod_comment, slurm_state_word
 from .pods import TERMINATING, PodView
 from .pools import NodePool, PoolSet
@@ -69,6 +76,9 @@ class Guards:
     failed_node_hold: timedelta = timedelta(seconds=30)
     #: How long past its grace period a terminating pod may take before it is force-deleted.
     terminating_margin: timedelta = timedelta(seconds=15)
+    #: How old a PodGroup no pod names must be before it is deleted (its resume creates the
+    #: pods right after it).
+    pod_group_age_guard: timedelta = STALE_POD_GROUP_AGE
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,14 @@ class DeletePod:
     why: str
     #: The pod's UID (a delete precondition); empty when unknown.
     uid: str = ""
+
+
+@dataclass(frozen=True)
+class DeletePodGroup:
+    """Delete a PodGroup of ours that no pod names any more (a gang that ended)."""
+
+    name: str
+    why: str
 
 
 @dataclass(frozen=True)
@@ -184,6 +202,7 @@ class ResumeNode:
 Action = (
     CreatePod
     | DeletePod
+    | DeletePodGroup
     | ForceDeletePod
     | MarkDown
     | PowerDown
@@ -419,10 +438,11 @@ def plan_node(
     events: Iterable[ScaleUpEvent] = (),
     cordoned: frozenset[str] = frozenset(),
     current_hash: str = "",
+    group: PodGroupView | None = None,
 ) -> list[Action]:
     """The actions for one node that a pool owns and Slurm knows; ``cordoned`` names the
     Kubernetes nodes marked unschedulable, ``current_hash`` is the pool's template hash now
-    ("" for unknown: no rollout)."""
+    ("" for unknown: no rollout), ``group`` the PodGroup the pod was created in."""
     waiting = ""
     if node.is_powered_down or node.is_powering_down:
         actions = _plan_powering_down(node, pod, now, guards)
@@ -431,7 +451,7 @@ def plan_node(
     else:
         verdict = None
         if pod is not None and not pod.deleting:
-            verdict = judge_pod(pod, pool.patience, events, now)
+            verdict = judge_pod(pod, pool.patience, events, now, group)
         if isinstance(verdict, Fail):
             actions = _fail(node, pod, verdict.reason, verdict.message)
         else:
@@ -459,18 +479,24 @@ def plan(
     events: Iterable[ScaleUpEvent] = (),
     cordoned: frozenset[str] = frozenset(),
     current_hashes: Mapping[str, str] | None = None,
+    pod_groups: Iterable[PodGroupView] = (),
 ) -> list[Action]:
     """Everything to do so that Slurm's and Kubernetes' views agree, in a stable order.
 
     ``events`` are what a cluster autoscaler said about our pods (see ``verdict.judge_pod``);
     ``cordoned`` the Kubernetes nodes marked unschedulable (``spec.unschedulable``);
     ``current_hashes`` maps pool name to its template hash now (``pool_template_hash``): pods
-    of another hash are rolled. None or a pool missing: no rollout.
+    of another hash are rolled. None or a pool missing: no rollout. ``pod_groups``: the
+    bridge's PodGroups (gang scheduling; none when it is off), whose word fails a gang's pods
+    and whose leftovers are deleted.
     """
     hashes = current_hashes or {}
     scale_events = tuple(events)
     nodes: Mapping[str, SlurmNode] = {n.name: n for n in slurm_nodes}
-    by_node: Mapping[str, PodView] = {p.node: p for p in pods}
+    pod_list = list(pods)
+    by_node: Mapping[str, PodView] = {p.node: p for p in pod_list}
+    groups = list(pod_groups)
+    group_by_name: Mapping[str, PodGroupView] = {g.name: g for g in groups}
     actions: list[Action] = []
     for name in sorted(set(nodes) | set(by_node)):
         node, pod = nodes.get(name), by_node.get(name)
@@ -498,6 +524,9 @@ def plan(
                 events=scale_events,
                 cordoned=cordoned,
                 current_hash=hashes.get(pool.name, ""),
+                group=group_by_name.get(pod.pod_group) if pod and pod.pod_group else None,
             )
         )
+    for name in stale_pod_groups(groups, pod_list, now, guards.pod_group_age_guard):
+        actions.append(DeletePodGroup(name, "no pod names it any more"))
     return actions

@@ -30,6 +30,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,8 +108,13 @@ def jobs_by_node(contents: str, *, max_nodes: int = MAX_NODES) -> dict[str, list
     """Node → ids of the jobs that wait for it, from the resume file's text (see
     :func:`resume_jobs`, whose errors it raises). A node listed twice for one job carries that
     job once."""
+    return job_ids_by_node(resume_jobs(contents, max_nodes=max_nodes))
+
+
+def job_ids_by_node(jobs: Iterable[ResumeJob]) -> dict[str, list[int]]:
+    """Node → ids of the jobs (of :func:`resume_jobs`) that wait for it, in their order."""
     by_node: dict[str, list[int]] = {}
-    for job in resume_jobs(contents, max_nodes=max_nodes):
+    for job in jobs:
         for node in job.nodes:
             ids = by_node.setdefault(node, [])
             if not ids or ids[-1] != job.job_id:

@@ -23,6 +23,14 @@ node group size reached, backoff, ...)   never); after schedule_timeout fail, as
 Unschedulable for schedule_timeout       fail
 Unschedulable, younger                   wait (an autoscaler adds a node; a terminating
                                          predecessor frees its CPUs)
+not bound, its PodGroup (the job's       fail at once (``Unschedulable``, naming the group): a
+gang) says Unschedulable                 gang the scheduler cannot place holds no capacity,
+                                         so there is nothing to wait for; Slurm requeues the
+                                         job now
+... and an autoscaler adds capacity      wait as for one pod, up to schedule_timeout
+(TriggeredScaleUp, or NotTriggerScaleUp
+at capacity, its newest word)
+its PodGroup says SchedulerError         as for one pod (an internal error may pass)
 image pull failing for                   fail
 image_pull_timeout
 image pull failing, younger              wait (a registry hiccup retries by itself)
@@ -37,7 +45,8 @@ from datetime import datetime, timedelta
 
 from bridge.errors import BridgeError, Conflict, Forbidden, InvalidInput, NoCapacity
 
-from .pods import UNSCHEDULABLE, PodView
+from .pod_groups import PodGroupView
+from .pods import UNSCHEDULABLE, PodHoldup, PodView
 
 #: cluster-autoscaler's Event reasons about a pending pod.
 NOT_TRIGGER_SCALE_UP = "NotTriggerScaleUp"
@@ -125,25 +134,34 @@ def _seconds(delta: timedelta) -> str:
 
 
 def judge_pod(
-    pod: PodView, patience: Patience, events: Iterable[ScaleUpEvent], now: datetime
+    pod: PodView,
+    patience: Patience,
+    events: Iterable[ScaleUpEvent],
+    now: datetime,
+    group: PodGroupView | None = None,
 ) -> Verdict:
     """The verdict on one pod of a node Slurm wants up; ``None`` when nothing holds it up.
 
     ``events`` may hold anyone's; only this pod's (by UID) and those at or after its hold-up
-    started count, so an earlier pod of the same name never decides for this one.
+    started count, so an earlier pod of the same name never decides for this one. ``group``:
+    the PodGroup the pod was created in (``pod.pod_group``), when there is one.
     """
     if pod.failure is not None:
         return Fail(pod.failure.reason, pod.failure.message)
     holdup = pod.holdup
+    if group is not None and group.unschedulable is not None and _waits_for_its_gang(pod):
+        gang = group.unschedulable
+        # The scheduler may not have marked the pod yet: the group's word starts the clock.
+        holdup = holdup or PodHoldup(UNSCHEDULABLE, gang.message, gang.since)
+        if not _adding_capacity(_newest_word(pod, events, holdup.since)):
+            return Fail(
+                UNSCHEDULABLE, f"pod group {group.name} cannot be placed whole: {gang.message}"
+            )
     if holdup is None:
         return None
     waited = now - holdup.since
     if holdup.reason == UNSCHEDULABLE:
-        said = sorted(
-            (e for e in events if e.pod_uid == pod.uid and e.pod_uid and e.at >= holdup.since),
-            key=lambda e: e.at,
-        )
-        newest = said[-1] if said else None
+        newest = _newest_word(pod, events, holdup.since)
         full = (
             newest is not None
             and newest.reason == NOT_TRIGGER_SCALE_UP
@@ -166,6 +184,33 @@ def judge_pod(
             f"{_seconds(patience.image_pull_timeout)})",
         )
     return Wait(f"{holdup.reason} since {_clock(holdup.since)}")
+
+
+def _waits_for_its_gang(pod: PodView) -> bool:
+    """Whether the pod is still unplaced: a bound pod's gang was placed, and an Unschedulable
+    left on its group is no longer about it; a pod held up by its image was placed too."""
+    return not pod.host and (pod.holdup is None or pod.holdup.reason == UNSCHEDULABLE)
+
+
+def _newest_word(
+    pod: PodView, events: Iterable[ScaleUpEvent], since: datetime
+) -> ScaleUpEvent | None:
+    """What an autoscaler said last about this very pod (by UID) since its hold-up began."""
+    said = sorted(
+        (e for e in events if e.pod_uid == pod.uid and e.pod_uid and e.at >= since),
+        key=lambda e: e.at,
+    )
+    return said[-1] if said else None
+
+
+def _adding_capacity(newest: ScaleUpEvent | None) -> bool:
+    """Whether an autoscaler's newest word says room for the pod is on its way or only full
+    for now (a group at its maximum, in backoff): worth the pool's schedule_timeout."""
+    if newest is None:
+        return False
+    if newest.reason == TRIGGERED_SCALE_UP:
+        return True
+    return newest.reason == NOT_TRIGGER_SCALE_UP and says_capacity(newest.message)
 
 
 def _clock(moment: datetime) -> str:

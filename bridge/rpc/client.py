@@ -19,6 +19,7 @@ from typing import TypeVar
 import grpc
 
 from bridge.domain.circuit import PoolBreakerStatus
+from bridge.domain.gang_mode import GangMode
 from bridge.domain.leadership import LeaderState
 from bridge.domain.results import NodeResult, NodeStatus
 from bridge.errors import (
@@ -36,6 +37,7 @@ from bridge.rpc.wire import (
     NODE_EVENT_KIND_TO_PB,
     NODE_EVENT_KINDS,
     breaker_from_pb,
+    gang_mode_from_pb,
     leadership_from_pb,
     result_from_pb,
     status_from_pb,
@@ -182,6 +184,12 @@ class BridgeClient:
     def pools_and_leadership(self) -> tuple[list[PoolBreakerStatus], LeaderState]:
         """ListPools: the pools' breakers, and who leads as the bridge sees it (election off
         for a bridge that does not say)."""
+        pools, leadership, _ = self.pools_report()
+        return pools, leadership
+
+    def pools_report(self) -> tuple[list[PoolBreakerStatus], LeaderState, GangMode | None]:
+        """ListPools whole: the pools' breakers, who leads, and the bridge's gang scheduling
+        (None from a bridge older than it)."""
         req = pb.ListPoolsRequest()
         resp = self._call(lambda t: self._stub.ListPools(req, timeout=t))
         leadership = (
@@ -189,7 +197,8 @@ class BridgeClient:
             if resp.HasField("leadership")
             else LeaderState(enabled=False)
         )
-        return [breaker_from_pb(p) for p in resp.pools], leadership
+        gang = gang_mode_from_pb(resp.gang_scheduling) if resp.HasField("gang_scheduling") else None
+        return [breaker_from_pb(p) for p in resp.pools], leadership, gang
 
     def resume_pool(self, pool: str, request_id: str = "") -> tuple[PoolBreakerStatus, bool]:
         """ResumePool: close ``pool``'s circuit breaker; its state after, and whether it was

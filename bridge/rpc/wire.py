@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC
 
 from bridge.domain.circuit import BreakerPolicy, BreakerState, PoolBreakerStatus
+from bridge.domain.gang_mode import GangMode
 from bridge.domain.leadership import LeaderState
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
@@ -171,6 +172,20 @@ def leadership_to_pb(state: LeaderState) -> pb.Leadership:
     if state.since is not None:
         msg.since.FromDatetime(state.since)
     return msg
+
+
+def gang_mode_to_pb(mode: GangMode) -> pb.GangScheduling:
+    """Proto of a bridge's gang scheduling mode."""
+    return pb.GangScheduling(
+        on=mode.on, api_version=mode.api_version, why_off="" if mode.on else mode.why_off
+    )
+
+
+def gang_mode_from_pb(msg: pb.GangScheduling) -> GangMode:
+    """The mode a bridge sent (on only with an API version to go with it)."""
+    if msg.on and msg.api_version:
+        return GangMode(api_version=msg.api_version)
+    return GangMode(why_off=msg.why_off or "the bridge does not say why")
 
 
 def leadership_from_pb(msg: pb.Leadership) -> LeaderState:

@@ -13,6 +13,7 @@ from typing import Any
 
 from bridge.domain.job_failure import SlurmJob
 from bridge.domain.nodes import SlurmNode
+from bridge.domain.pod_groups import PodGroupView
 from bridge.domain.pods import PodView
 from bridge.domain.reconcile import SetPodSlurmState
 from bridge.domain.verdict import ScaleUpEvent
@@ -104,6 +105,24 @@ class FencedPods:
     ) -> Mapping[str, bool | BackendError | InvalidInput]:
         refused = self._refused("label pods", [change.node for change in changes])
         return self._pods.set_slurm_states(changes) if refused is None else refused
+
+    def list_pod_groups(self) -> list[PodGroupView]:
+        return self._pods.list_pod_groups()
+
+    def create_pod_groups(
+        self, manifests: Sequence[Mapping[str, Any]]
+    ) -> Mapping[str, bool | BackendError | InvalidInput]:
+        names = [str(m["metadata"]["name"]) for m in manifests]
+        refused = self._refused("create podgroups", names)
+        return self._pods.create_pod_groups(manifests) if refused is None else refused
+
+    def set_pod_group_min_count(self, name: str, min_count: int) -> None:
+        self._fence(f"set minCount of podgroup {name}")
+        self._pods.set_pod_group_min_count(name, min_count)
+
+    def delete_pod_group(self, name: str) -> bool:
+        self._fence(f"delete podgroup {name}")
+        return self._pods.delete_pod_group(name)
 
     def record_event(self, pod: str, reason: str, message: str, *, warning: bool = False) -> None:
         # Best effort, as the gateway's own: a follower's event is dropped, not raised.

@@ -18,6 +18,7 @@ from bridge.adapters.slurm.cli import SlurmCli, read_slurm_user
 from bridge.api import LeaderForwarder, TlsServerFiles, build_server
 from bridge.api.peer_gate import resolve_uids, user_name
 from bridge.domain.disruption_budget import render_disruption_budgets
+from bridge.domain.gang_mode import GANG_OFF, GangMode, gang_mode
 from bridge.errors import BridgeError, ConfigError
 from bridge.metrics import BridgeMetrics, MetricsServer
 from bridge.rpc.tls import TlsFiles
@@ -119,6 +120,24 @@ def ensure_disruption_budgets(config: BridgeConfig, pods: PodGateway) -> None:
         )
 
 
+def discover_gang_mode(config: BridgeConfig, pods: PodGateway) -> GangMode:
+    """Gang scheduling on or off (``kubernetes.gang_scheduling`` and the PodGroup API the
+    API server serves), logged once: the mode holds until the bridge restarts."""
+    setting = config.kubernetes.gang_scheduling
+    served, unknown = None, ""
+    if setting != GANG_OFF:
+        try:
+            served = pods.pod_group_api()
+        except BridgeError as e:
+            unknown = str(e)
+    mode = gang_mode(setting, served, unknown=unknown)
+    if unknown:
+        log.warning("gang scheduling: %s", mode.describe())
+    else:
+        log.info("gang scheduling: %s", mode.describe())
+    return mode
+
+
 def _always() -> bool:
     return True
 
@@ -184,6 +203,7 @@ def start(config: BridgeConfig) -> Bridge:
         pod_views=cache,
         metrics=metrics,
         cordons=pods,
+        gang=discover_gang_mode(config, pods),
     )
     reloader = (
         ConfigReloader(

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from bridge.domain.job_failure import SlurmJob
 from bridge.domain.nodes import SlurmNode
+from bridge.domain.pod_groups import PodGroupView
 from bridge.domain.pods import PodView
 from bridge.domain.reconcile import SetPodSlurmState
 from bridge.domain.verdict import ScaleUpEvent
@@ -78,3 +79,17 @@ class PodPort(Protocol):
     def record_event(
         self, pod: str, reason: str, message: str, *, warning: bool = False
     ) -> None: ...
+
+    # PodGroups: only called with gang scheduling on (the API server serves them).
+
+    def create_pod_groups(
+        self, manifests: Sequence[Mapping[str, Any]]
+    ) -> Mapping[str, bool | BackendError | InvalidInput]:
+        """Group name → created (False: it exists already), or the error."""
+
+    def list_pod_groups(self) -> list[PodGroupView]: ...
+
+    def set_pod_group_min_count(self, name: str, min_count: int) -> None: ...
+
+    def delete_pod_group(self, name: str) -> bool:
+        """False when it was gone already."""

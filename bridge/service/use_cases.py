@@ -22,10 +22,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bridge.domain.circuit import PoolBreakerStatus
+from bridge.domain.gang_mode import GANG_MODE_OFF, GangMode
+from bridge.domain.gangs import gang_members
 from bridge.domain.hostlist import compress, expand, is_hostlist_name
 from bridge.domain.node_names import split_hostlist
 from bridge.domain.node_status import node_statuses
 from bridge.domain.nodes import SlurmNode
+from bridge.domain.pod_groups import PodGroupView
 from bridge.domain.pod_rendering import pool_template_hash, render_pods
 from bridge.domain.pods import UNSCHEDULABLE, PodView
 from bridge.domain.pools import PoolSet
@@ -34,6 +37,7 @@ from bridge.domain.reconcile import (
     Action,
     CreatePod,
     DeletePod,
+    DeletePodGroup,
     ForceDeletePod,
     Guards,
     MarkDown,
@@ -43,7 +47,7 @@ from bridge.domain.reconcile import (
     plan_node,
 )
 from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
-from bridge.domain.resume_file import jobs_by_node
+from bridge.domain.resume_file import ResumeJob, job_ids_by_node, resume_jobs
 from bridge.domain.stuck import DEFAULT_AFTER, Sighting, find_stuck, track
 from bridge.domain.verdict import Fail, Patience, ScaleUpEvent, Verdict, Wait, judge_refusal
 from bridge.errors import (
@@ -55,6 +59,7 @@ from bridge.errors import (
 from bridge.metrics import BridgeMetrics
 from bridge.service.cordons import CordonedNodes
 from bridge.service.node_failures import JobAwareFailure
+from bridge.service.pod_groups import PodGroups
 from bridge.service.pod_state_writer import PodStateWriter
 from bridge.service.pool_breakers import PoolBreakers
 from bridge.service.ports import CordonLister, PodLister, PodPort, SlurmPort
@@ -63,6 +68,22 @@ from bridge.service.slurm_plan_writer import SlurmPlanWriter
 from bridge.settings import BridgeConfig
 
 log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ResumeCall:
+    """A resume call once checked, before any pod: the hostlist's names in order, the usable
+    nodes by pool, the refused ones, and the resume file's jobs."""
+
+    names: list[str]
+    groups: dict[str, list[str]]
+    rejected: list[NodeResult]
+    jobs: list[ResumeJob]
+
+    @property
+    def job_ids(self) -> dict[str, list[int]]:
+        """Node → the ids of the jobs waiting for it."""
+        return job_ids_by_node(self.jobs)
 
 
 def _error_class(error: BridgeError) -> ErrorClass:
@@ -88,6 +109,7 @@ class BridgeService:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         metrics: BridgeMetrics | None = None,
         cordons: CordonLister | None = None,
+        gang: GangMode = GANG_MODE_OFF,
     ) -> None:
         self.config = config
         self.slurm = slurm
@@ -132,6 +154,11 @@ class BridgeService:
         self.pod_states = PodStateWriter(pods)
         #: Each pool's template hash now: pods of another one are rolled (issue 14).
         self.template_hashes = template_hashes(config)
+        #: A multi-node job's PodGroup (gang scheduling): made before its pods, read and
+        #: collected by the reconcile pass; ``pod_groups.mode`` says whether it is on.
+        self.pod_groups = PodGroups(pods, gang)
+        #: The PodGroups the current pass planned with, by name (see ``_pass_events``).
+        self._pass_groups: dict[str, PodGroupView] = {}
 
     def _now(self) -> datetime:
         """``self.clock()``, looked up at each call: tests move the clock after construction,
@@ -210,32 +237,36 @@ class BridgeService:
             raise InvalidInput(f"pool: {pool!r} is not a configured pool (pools: {names})")
         return self.pool_breakers.resume(pool, request_id)
 
+    def gang_scheduling(self) -> GangMode:
+        """Whether a multi-node job's pods go in one PodGroup, and why not (ListPools)."""
+        return self.pod_groups.mode
+
     def _fail_fasts(self, nodes: Sequence[str], reason: Reason) -> None:
         """Count a fail-fast per node of ``nodes`` (set DOWN with ``reason``) against its pool."""
         self.pool_breakers.record_fail_fasts(self.config.pools, nodes, reason)
 
-    def _validate_resume(
-        self, hostlist: str, resume_file: str, request_id: str
-    ) -> tuple[list[str], dict[str, list[str]], list[NodeResult], dict[str, list[int]]]:
-        """What both resume paths do before any pod: :meth:`_split`, the resume file's jobs per
-        node (a bad file costs only the per-job context), and the resume latency's start."""
+    def _validate_resume(self, hostlist: str, resume_file: str, request_id: str) -> _ResumeCall:
+        """What both resume paths do before any pod: :meth:`_split`, the resume file's jobs (a
+        bad file costs only the per-job context and the gangs), and the resume latency's
+        start."""
         names, groups, rejected = self._split(hostlist)
         arrived = time.monotonic()
         for members in groups.values():
             for node in members:
                 self.metrics.resume_called(node, arrived)
         try:
-            jobs = jobs_by_node(resume_file)
+            jobs = resume_jobs(resume_file)
         except InvalidInput as e:
             log.warning("request %s: %s (resuming the hostlist anyway)", request_id, e)
-            jobs = {}
-        return names, groups, rejected, jobs
+            jobs = []
+        return _ResumeCall(names, groups, rejected, jobs)
 
     def resume(self, hostlist: str, resume_file: str, request_id: str) -> list[NodeResult]:
         """Create one pod per node and answer when every create ended (ResumeNodes with wait);
         Kubernetes' refusals set the node DOWN with our reason."""
-        names, groups, rejected, jobs = self._validate_resume(hostlist, resume_file, request_id)
-        return in_order(names, rejected + self._create(groups, jobs, request_id))
+        call = self._validate_resume(hostlist, resume_file, request_id)
+        created = self._create(call.groups, call.job_ids, request_id, file_jobs=call.jobs)
+        return in_order(call.names, call.rejected + created)
 
     def accept_resume(
         self,
@@ -252,12 +283,16 @@ class BridgeService:
         caller. The creates start once ``answered`` is set (the caller has its answer). Raises
         :class:`BridgeStopping` once :meth:`close` was called.
         """
-        names, groups, rejected, jobs = self._validate_resume(hostlist, resume_file, request_id)
-        usable = [n for members in groups.values() for n in members]
+        call = self._validate_resume(hostlist, resume_file, request_id)
+        usable = [n for members in call.groups.values() for n in members]
+        job_ids = call.job_ids
         if usable:
 
             def create(nodes: list[str]) -> None:
-                self._create(self.config.pools.group(nodes)[0], jobs, request_id)
+                # ``nodes``: those of the call no other resume is creating; the gangs are
+                # formed of them alone (a pod made elsewhere would never carry the group).
+                groups = self.config.pools.group(nodes)[0]
+                self._create(groups, job_ids, request_id, file_jobs=call.jobs)
 
             queued = self.resumes.submit(usable, create, request_id, hold=answered)
             if len(queued) < len(usable):
@@ -267,7 +302,7 @@ class BridgeService:
                     len(usable) - len(queued),
                 )
         accepted = [NodeResult(n, Outcome.ACCEPTED) for n in usable]
-        return in_order(names, rejected + accepted)
+        return in_order(call.names, call.rejected + accepted)
 
     def close(self, timeout_s: float) -> None:
         """Take no new resumes; wait up to ``timeout_s`` for the queued creates (then drop them:
@@ -275,18 +310,28 @@ class BridgeService:
         self.resumes.close(timeout_s)
 
     def _create(
-        self, groups: Mapping[str, list[str]], jobs: Mapping[str, list[int]], request_id: str
+        self,
+        groups: Mapping[str, list[str]],
+        jobs: Mapping[str, list[int]],
+        request_id: str,
+        *,
+        file_jobs: Sequence[ResumeJob] = (),
     ) -> list[NodeResult]:
-        """Render and create the pods of ``groups`` (pool name → nodes); one result per node."""
+        """Render and create the pods of ``groups`` (pool name → nodes); one result per node.
+        With gang scheduling on, the nodes of each multi-node job of ``file_jobs`` (the resume
+        file's) go in one PodGroup, created before them."""
         results, groups = self._refuse_paused(groups, request_id)
         settings = self.config.pod_settings()
+        gangs = self.pod_groups.create(groups, file_jobs, request_id, settings)
+        members = gang_members(gangs)
         manifests: list[dict[str, Any]] = []
         for pool_name, nodes in groups.items():
             pool = self.config.pools.by_name(pool_name)
             if pool is None:  # group() only returns names of pools it has
                 raise BridgeError(f"internal: pool {pool_name!r} vanished")
-            manifests.extend(render_pods(pool, nodes, settings))
+            manifests.extend(render_pods(pool, nodes, settings, pod_groups=members))
         outcome = self.pods.create_pods(manifests) if manifests else {}
+        self.pod_groups.shrink_short(gangs, outcome, request_id)
         failed: dict[Reason, list[str]] = defaultdict(list)
         waits: list[SetComment] = []
         for node, result in outcome.items():
@@ -459,11 +504,14 @@ class BridgeService:
 
     # -- reconcile -------------------------------------------------------------------------------
 
-    def observe(self) -> tuple[list[SlurmNode], list[PodView], list[ScaleUpEvent]]:
-        """Both views, and, when some pod is Unschedulable, what a cluster autoscaler said
-        about our pods. Slurm's view holds only CLOUD nodes that a pool owns or that have a pod
-        of ours, and only those are read (0.06 s where listing every node of a 10,000-node site
-        took 1.5 s); a name slurm.conf lacks is not in it (Slurm skips it, see ``SlurmPort``).
+    def observe(
+        self,
+    ) -> tuple[list[SlurmNode], list[PodView], list[ScaleUpEvent], list[PodGroupView]]:
+        """Both views, the bridge's PodGroups (gang scheduling on), and, when some pod (or
+        gang) is Unschedulable, what a cluster autoscaler said about our pods. Slurm's view
+        holds only CLOUD nodes that a pool owns or that have a pod of ours, and only those are
+        read (0.06 s where listing every node of a 10,000-node site took 1.5 s); a name
+        slurm.conf lacks is not in it (Slurm skips it, see ``SlurmPort``).
 
         Slurm is read first: a node that registered by then had its pod created before, so the
         pod list that follows shows it (the other order calls a just-registered node's pod
@@ -485,20 +533,24 @@ class BridgeService:
             listed += self.slurm.list_nodes(strays)
         # Only CLOUD nodes: a static node that shares a pool's name is never touched.
         nodes = [n for n in listed if n.is_cloud]
+        groups = self.pod_groups.read()
         events: list[ScaleUpEvent] = []
-        if any(p.holdup is not None and p.holdup.reason == UNSCHEDULABLE for p in pods):
+        if any(p.holdup is not None and p.holdup.reason == UNSCHEDULABLE for p in pods) or any(
+            g.unschedulable is not None for g in groups
+        ):
             try:
                 events = self.pods.list_scale_up_events()
             except BridgeError as e:
-                # Without them the schedule timeout still decides; nothing fails early.
+                # Without them the schedule timeout still decides, and a gang that cannot be
+                # placed fails at once, as when no autoscaler spoke.
                 log.warning("reconcile: autoscaler events not read: %s", e)
-        return nodes, pods, events
+        return nodes, pods, events, groups
 
     def reconcile_once(self) -> list[Action]:
         """Observe both sides, plan, execute; returns what it did (for logs and tests)."""
         with self._reconcile_lock:
             started = time.monotonic()
-            nodes, pods, events = self.observe()
+            nodes, pods, events, groups = self.observe()
             self.metrics.observe_state(nodes, pods, time.monotonic())
             self._forget_capacity_waits(nodes, pods)
             now = self.clock()
@@ -513,9 +565,11 @@ class BridgeService:
                 events=events,
                 cordoned=cordoned,
                 current_hashes=self.template_hashes,
+                pod_groups=groups,
             )
             if actions:
                 self._pass_events = tuple(events)
+                self._pass_groups = {g.name: g for g in groups}
                 self.execute(actions, nodes)
             self.metrics.reconcile_pass(time.monotonic() - started, actions)
             return actions
@@ -557,8 +611,10 @@ class BridgeService:
             for create in creates:
                 log.info("reconcile: create pod %s: %s", create.node, create.why)
                 groups[create.pool].append(create.node)
-            # Not self.resume: a pod the reconciler recreates starts no resume latency.
+            # Not self.resume: a pod the reconciler recreates starts no resume latency. It
+            # has no resume file either, so it joins no gang: placed on its own.
             self._create(groups, {}, "reconcile")
+        self.pod_groups.delete([a for a in actions if isinstance(a, DeletePodGroup)])
         # Last: a record for kubectl, never in the way of what Slurm and its jobs wait for.
         self.pod_states.write([a for a in actions if isinstance(a, SetPodSlurmState)])
 
@@ -634,7 +690,16 @@ class BridgeService:
                 e,
             )
             return False
-        again = plan_node(node, live, pool, self.clock(), self.guards, events=self._pass_events)
+        group = self._pass_groups.get(live.pod_group) if live and live.pod_group else None
+        again = plan_node(
+            node,
+            live,
+            pool,
+            self.clock(),
+            self.guards,
+            events=self._pass_events,
+            group=group,
+        )
         if any(isinstance(a, MarkDown) and a.reason.kind == mark.reason.kind for a in again):
             return True
         log.info(

@@ -406,6 +406,12 @@ class Harness:
                         "resources": ["events"],
                         "verbs": ["create", "patch", "list"],
                     },
+                    # Gang scheduling's PodGroups, where the API server serves them.
+                    {
+                        "apiGroups": ["scheduling.k8s.io"],
+                        "resources": ["podgroups"],
+                        "verbs": ["create", "get", "list", "patch", "delete"],
+                    },
                 ],
             },
             {

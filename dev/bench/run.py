@@ -52,6 +52,7 @@ import site_reads
 
 from bridge.api import build_server
 from bridge.domain.circuit import PoolBreakerStatus
+from bridge.domain.gang_mode import GANG_MODE_OFF, GangMode
 from bridge.domain.hostlist import expand
 from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
 from bridge.errors import InvalidInput
@@ -104,6 +105,9 @@ class NoOp:
     def resume_pool(self, pool: str, request_id: str) -> tuple[PoolBreakerStatus, bool]:
         # As the service answers for a pool it does not have: the bench configures none.
         raise InvalidInput(f"pool: {pool!r} is not a configured pool (the hook bench has none)")
+
+    def gang_scheduling(self) -> GangMode:
+        return GANG_MODE_OFF
 
 
 def bench_hook(runs: int = 20, nodes: int = 3) -> tuple[float, float, float]:

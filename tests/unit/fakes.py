@@ -1,4 +1,4 @@
-"""In-memory fakes of the service's two ports (``SlurmPort``, ``PodPort``).
+"""In-memory fakes of the service's two ports (``SlurmPort``, ``PodPort``, its PodGroups too).
 
 They keep just enough state for a reconcile pass to see the effect of the previous one, and a
 shared ``journal`` so tests can check the order of calls across both sides. State changes follow
@@ -22,6 +22,7 @@ from typing import Any
 
 from bridge.domain.job_failure import SlurmJob
 from bridge.domain.nodes import SlurmNode
+from bridge.domain.pod_groups import PodGroupView, pod_group_view
 from bridge.domain.pods import PodFailure, PodView, pod_view
 from bridge.domain.reconcile import SetPodSlurmState
 from bridge.domain.verdict import ScaleUpEvent
@@ -173,6 +174,18 @@ class FakePods:
         self.patches: list[tuple[str, str]] = []
         #: Raised by ``read_pod`` when set (the API server unreachable for a live read).
         self.read_error: BackendError | None = None
+        #: The PodGroups by name, as ``list_pod_groups`` answers them (tests set conditions
+        #: with ``dataclasses.replace``), and the manifests created.
+        self.groups: dict[str, PodGroupView] = {}
+        self.group_manifests: dict[str, Mapping[str, Any]] = {}
+        #: Per group name: the error its create answers.
+        self.group_errors: dict[str, BackendError | InvalidInput] = {}
+        #: Raised by ``list_pod_groups`` / ``set_pod_group_min_count`` / ``delete_pod_group``.
+        self.list_groups_error: BackendError | None = None
+        self.min_count_error: BackendError | None = None
+        self.delete_group_error: BackendError | None = None
+        #: How many times the PodGroups were listed.
+        self.group_lists = 0
 
     def add(
         self,
@@ -184,6 +197,7 @@ class FakePods:
         failure: PodFailure | None = None,
         deleting: bool = False,
         ip: str = "10.0.0.1",
+        pod_group: str | None = None,
     ) -> PodView:
         """Put a pod in place directly (what a previous bridge run left behind)."""
         pod = PodView(
@@ -195,6 +209,7 @@ class FakePods:
             created_at=created_at or self.now,
             deleting=deleting,
             failure=failure,
+            pod_group=pod_group,
         )
         self.pods[node] = pod
         return pod
@@ -286,3 +301,42 @@ class FakePods:
 
     def list_scale_up_events(self) -> list[ScaleUpEvent]:
         return list(self.scale_up_events)
+
+    def create_pod_groups(
+        self, manifests: Sequence[Mapping[str, Any]]
+    ) -> dict[str, bool | BackendError | InvalidInput]:
+        results: dict[str, bool | BackendError | InvalidInput] = {}
+        for manifest in manifests:
+            name = str(manifest["metadata"]["name"])
+            self.journal.append(f"create podgroup {name}")
+            if name in self.group_errors:
+                results[name] = self.group_errors[name]
+            elif name in self.groups:
+                results[name] = False
+            else:
+                self.group_manifests[name] = manifest
+                stored = {
+                    **manifest,
+                    "metadata": {**manifest["metadata"], "creationTimestamp": self.now.isoformat()},
+                }
+                self.groups[name] = pod_group_view(stored)
+                results[name] = True
+        return results
+
+    def list_pod_groups(self) -> list[PodGroupView]:
+        self.group_lists += 1
+        if self.list_groups_error is not None:
+            raise self.list_groups_error
+        return list(self.groups.values())
+
+    def set_pod_group_min_count(self, name: str, min_count: int) -> None:
+        self.journal.append(f"podgroup {name} minCount {min_count}")
+        if self.min_count_error is not None:
+            raise self.min_count_error
+        self.groups[name] = dataclasses.replace(self.groups[name], min_count=min_count)
+
+    def delete_pod_group(self, name: str) -> bool:
+        self.journal.append(f"delete podgroup {name}")
+        if self.delete_group_error is not None:
+            raise self.delete_group_error
+        return self.groups.pop(name, None) is not None

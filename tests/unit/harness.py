@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from bridge.config import parse_config
+from bridge.domain.gang_mode import GANG_MODE_OFF, GangMode
 from bridge.domain.nodes import SlurmNode
 from bridge.metrics import BridgeMetrics
 from bridge.service.ports import CordonLister, PodLister
@@ -29,6 +30,7 @@ class Harness:
         pod_views: PodLister | None = None,
         metrics: BridgeMetrics | None = None,
         cordons: CordonLister | None = None,
+        gang: GangMode = GANG_MODE_OFF,
     ) -> None:
         self.now = now
         self.journal: list[str] = []
@@ -44,4 +46,5 @@ class Harness:
             clock=lambda: self.now,
             metrics=metrics,
             cordons=cordons,
+            gang=gang,
         )

@@ -20,6 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bridge.api import SERVICE_NAME, BridgeServer, TlsServerFiles, build_server
 from bridge.domain.circuit import PoolBreakerStatus
+from bridge.domain.gang_mode import GANG_MODE_OFF, GangMode
 from bridge.domain.leadership import LeaderState
 from bridge.domain.results import ErrorClass, NodeResult, NodeStatus, Outcome
 from bridge.errors import (
@@ -53,6 +54,8 @@ class FakeUseCases:
     #: accept_resume's ``answered`` Event and whether it was set while the use case ran.
     answered: threading.Event | None = None
     answered_during_call: bool | None = None
+    #: What ListPools says of gang scheduling.
+    gang: GangMode = GANG_MODE_OFF
 
     def _answer(
         self, name: str, hostlist: str, *args: str, outcome: Outcome = Outcome.OK
@@ -106,6 +109,9 @@ class FakeUseCases:
 
     def resume_pool(self, pool: str, request_id: str) -> tuple[PoolBreakerStatus, bool]:
         raise InvalidInput(f"pool: {pool!r} is not a configured pool")
+
+    def gang_scheduling(self) -> GangMode:
+        return self.gang
 
 
 def _stub(ch: grpc.Channel) -> pb_grpc.BridgeStub:
@@ -600,3 +606,19 @@ def test_a_follower_takes_no_mutating_call_and_says_who_leads(
 
 def test_without_election_list_pools_says_so(client: BridgeClient) -> None:
     assert client.pools_and_leadership()[1] == LeaderState(enabled=False)
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [
+        GangMode(api_version="scheduling.k8s.io/v1beta1"),
+        GangMode(why_off="the API server serves no PodGroup API"),
+        GANG_MODE_OFF,
+    ],
+    ids=["on", "not-served", "configured-off"],
+)
+def test_list_pools_says_whether_the_bridge_gang_schedules(
+    fake: FakeUseCases, client: BridgeClient, mode: GangMode
+) -> None:
+    fake.gang = mode
+    assert client.pools_report()[2] == mode

@@ -23,6 +23,7 @@ from bridge.cli.status import (
     EXIT_STUCK,
     EXIT_UNREACHABLE,
     EXIT_USAGE,
+    gang_note,
     known_state,
     leadership_note,
     options_from_args,
@@ -32,6 +33,7 @@ from bridge.cli.status import (
     status_watch,
 )
 from bridge.cli.status_report import StatusOptions, as_json, render, summary_lines
+from bridge.domain.gang_mode import GangMode
 from bridge.domain.leadership import LeaderState
 from bridge.domain.results import NodeStatus
 from bridge.domain.stuck import find_stuck
@@ -563,3 +565,23 @@ def test_watch_defaults_to_two_seconds() -> None:
 )
 def test_leadership_note(state: LeaderState, note: str) -> None:
     assert leadership_note(state) == note
+
+
+@pytest.mark.parametrize(
+    ("mode", "note"),
+    [
+        (None, ""),  # a bridge older than gang scheduling says nothing
+        (
+            GangMode(api_version="scheduling.k8s.io/v1beta1"),
+            "gang scheduling: on (scheduling.k8s.io/v1beta1 PodGroup)",
+        ),
+        (
+            GangMode(why_off="the API server serves no PodGroup API"),
+            "gang scheduling: off: the API server serves no PodGroup API; a multi-node job's "
+            "pods are placed one by one (job-aware failure)",
+        ),
+    ],
+    ids=["older-bridge", "on", "off"],
+)
+def test_gang_note(mode: GangMode | None, note: str) -> None:
+    assert gang_note(mode) == note

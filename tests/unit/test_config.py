@@ -321,7 +321,7 @@ def named(text: str) -> str:
             named(HEAD + POOL + "kubernetes:\n  namespase: x\n"),
             "bridge.yaml:10: kubernetes.namespase: unknown key; known keys: namespace, "
             "kubeconfig, context, node_service, cluster_domain, leader_election, lease_name, "
-            "leader_identity, lease_duration_s, lease_retry_s",
+            "leader_identity, lease_duration_s, lease_retry_s, gang_scheduling",
         ),
         (
             named(HEAD + POOL + "kubernetes:\n  namespace: Slurm\n"),
@@ -800,3 +800,62 @@ def test_leader_election_from_the_environment(text: str) -> None:
         "cluster_name: lab\n" + HEAD + POOL, "bridge.yaml", {"SKB_KUBERNETES_LEADER_ELECTION": text}
     )
     assert config.kubernetes.leader_election
+
+
+@pytest.mark.parametrize(
+    ("lines", "environ", "setting"),
+    [
+        ("", {}, "auto"),
+        ("kubernetes:\n  gang_scheduling: auto\n", {}, "auto"),
+        ("kubernetes:\n  gang_scheduling: 'off'\n", {}, "off"),
+        # YAML reads an unquoted off as false: the setting means off all the same.
+        ("kubernetes:\n  gang_scheduling: off\n", {}, "off"),
+        ("", {"SKB_KUBERNETES_GANG_SCHEDULING": "off"}, "off"),
+        (
+            "kubernetes:\n  gang_scheduling: 'off'\n",
+            {"SKB_KUBERNETES_GANG_SCHEDULING": "auto"},
+            "auto",
+        ),
+    ],
+    ids=["default", "auto", "off-quoted", "off-unquoted", "env-off", "env-over-file"],
+)
+def test_gang_scheduling_setting(lines: str, environ: dict[str, str], setting: str) -> None:
+    config = parse_config("cluster_name: lab\n" + HEAD + POOL + lines, "bridge.yaml", environ)
+    assert config.kubernetes.gang_scheduling == setting
+
+
+@pytest.mark.parametrize(
+    ("lines", "environ", "message"),
+    [
+        (
+            "kubernetes:\n  gang_scheduling: on\n",
+            {},
+            "bridge.yaml:11: kubernetes.gang_scheduling: must be auto (PodGroups when the API "
+            "server serves them) or off, got True",
+        ),
+        (
+            "kubernetes:\n  gang_scheduling: always\n",
+            {},
+            "bridge.yaml:11: kubernetes.gang_scheduling: must be auto (PodGroups when the API "
+            "server serves them) or off, got 'always'",
+        ),
+        (
+            "kubernetes:\n  gang_scheduling:\n",
+            {},
+            "bridge.yaml:11: kubernetes.gang_scheduling: must be set (null is not allowed here)",
+        ),
+        (
+            "",
+            {"SKB_KUBERNETES_GANG_SCHEDULING": "no"},
+            "environment SKB_KUBERNETES_GANG_SCHEDULING: kubernetes.gang_scheduling: must be "
+            "auto (PodGroups when the API server serves them) or off, got 'no'",
+        ),
+    ],
+    ids=["yaml-on-is-true", "unknown-word", "null", "env-word"],
+)
+def test_gang_scheduling_errors_name_the_field(
+    lines: str, environ: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config("cluster_name: lab\n" + HEAD + POOL + lines, "bridge.yaml", environ)
+    assert str(caught.value) == message

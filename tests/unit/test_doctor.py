@@ -15,6 +15,7 @@ from bridge import doctor
 from bridge.adapters.slurm.cli import parse_show_config
 from bridge.cli.main import main
 from bridge.doctor import Check, Owner, SocketFacts, Status
+from bridge.domain.gang_mode import GANG_MODE_OFF, GangMode
 from bridge.domain.nodes import SlurmNode
 from bridge.errors import (
     BackendError,
@@ -408,6 +409,100 @@ def test_cordon_access_is_a_warning(
     assert text in check.line()
     if status is Status.WARN:
         assert "ClusterRole slurm-k8s-bridge-nodes" in check.line()
+
+
+# --- gang scheduling: the mode, and the PodGroup rights when it is on ---------------------------
+
+PODGROUP_RULE = {
+    "verbs": ["create", "get", "list", "patch", "delete"],
+    "apiGroups": ["scheduling.k8s.io"],
+    "resources": ["podgroups"],
+}
+ON = GangMode(api_version="scheduling.k8s.io/v1beta1")
+
+
+@pytest.mark.parametrize(
+    ("rules", "missing"),
+    [
+        ([PODGROUP_RULE], []),
+        ([{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}], []),
+        (
+            [{**PODGROUP_RULE, "verbs": ["create", "list"]}],
+            ["patch podgroups", "delete podgroups"],
+        ),
+        # The core group has no podgroups: a rule there grants nothing.
+        (
+            [{**PODGROUP_RULE, "apiGroups": [""]}],
+            ["create podgroups", "list podgroups", "patch podgroups", "delete podgroups"],
+        ),
+        ([POD_RULE], ["create podgroups", "list podgroups", "patch podgroups", "delete podgroups"]),
+    ],
+    ids=["granted", "cluster-admin", "partly", "wrong-group", "none"],
+)
+def test_pod_group_access_is_read_in_its_api_group(
+    rules: list[Mapping[str, Any]], missing: list[str]
+) -> None:
+    assert (
+        doctor.missing_access(rules, doctor.POD_GROUP_ACCESS, group="scheduling.k8s.io") == missing
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "missing", "unknown", "status", "line"),
+    [
+        (
+            ON,
+            [],
+            "",
+            Status.PASS,
+            "PASS  gang scheduling: on (scheduling.k8s.io/v1beta1 PodGroup); x may create, list, "
+            "patch, delete podgroups",
+        ),
+        (
+            ON,
+            ["patch podgroups", "delete podgroups"],
+            "",
+            Status.WARN,
+            "WARN  gang scheduling: on (scheduling.k8s.io/v1beta1 PodGroup), but x may not patch "
+            "podgroups, delete podgroups (scheduling.k8s.io): a multi-node job's pods are then "
+            "placed one by one -> grant patch podgroups, delete podgroups on scheduling.k8s.io "
+            "podgroups (apply the Role of deploy/kustomize/base/rbac.yaml to these "
+            "credentials), or set kubernetes.gang_scheduling: off",
+        ),
+        (
+            GangMode(why_off="the API server serves no PodGroup API"),
+            [],
+            "",
+            Status.SKIP,
+            "SKIP  gang scheduling: off: the API server serves no PodGroup API; a multi-node "
+            "job's pods are placed one by one (job-aware failure)",
+        ),
+        (
+            GANG_MODE_OFF,
+            [],
+            "",
+            Status.SKIP,
+            "SKIP  gang scheduling: off: kubernetes.gang_scheduling is off; a multi-node job's "
+            "pods are placed one by one (job-aware failure)",
+        ),
+        (
+            GangMode(why_off="the PodGroup API could not be discovered (HTTP 503)"),
+            [],
+            "HTTP 503",
+            Status.WARN,
+            "WARN  gang scheduling: off: the PodGroup API could not be discovered (HTTP 503); a "
+            "multi-node job's pods are placed one by one (job-aware failure) -> check the API "
+            "server",
+        ),
+    ],
+    ids=["on", "on-without-rights", "not-served", "configured-off", "discovery-failed"],
+)
+def test_gang_scheduling_check(
+    mode: GangMode, missing: list[str], unknown: str, status: Status, line: str
+) -> None:
+    check = doctor.check_gang_scheduling(mode, missing, "x", unknown=unknown)
+    assert check.status is status
+    assert check.line() == line
 
 
 # --- the key Secret the pods mount, missing (issue 28 item 3.5) ---------------------------------

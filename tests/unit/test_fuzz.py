@@ -15,9 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridge.config import config_from_dict, parse_config
+from bridge.domain.gangs import job_gangs
 from bridge.domain.hostlist import compress, expand
 from bridge.domain.node_names import check_node_name
-from bridge.domain.resume_file import jobs_by_node
+from bridge.domain.resume_file import jobs_by_node, resume_jobs
 from bridge.errors import BridgeError, HostlistError
 
 EXAMPLES = int(os.environ.get("SKB_FUZZ_EXAMPLES", "300"))
@@ -104,6 +105,25 @@ def test_resume_file_raises_only_our_errors(contents: str) -> None:
         jobs_by_node(contents)
 
 
+@FUZZ
+@given(resume_docs.map(json.dumps), st.sampled_from([1, 2, 3]))
+def test_gangs_claim_each_node_once_in_its_own_pool(contents: str, pools: int) -> None:
+    try:
+        jobs = resume_jobs(contents)
+    except BridgeError:
+        return
+    # Some of the file's nodes, spread over a few pools: the call resumes those.
+    names = sorted({n for job in jobs for n in job.nodes})
+    pool_of = {n: f"p{i % pools}" for i, n in enumerate(names) if i % 4 != 3}
+    gangs = job_gangs(jobs, pool_of, "3f2a1c")
+    members = [n for g in gangs for n in g.nodes]
+    assert len(members) == len(set(members))
+    assert len({g.name for g in gangs}) == len(gangs)
+    for g in gangs:
+        assert len(g.nodes) >= 2
+        assert all(pool_of[n] == g.pool for n in g.nodes)
+
+
 SECTIONS = ["kubernetes", "slurm", "bridge"]
 KEYS = [
     "namespace",
@@ -120,6 +140,7 @@ KEYS = [
     "tls_cert",
     "log_format",
     "allowed_callers",
+    "gang_scheduling",
 ]
 scalars = st.one_of(
     st.none(),

@@ -226,10 +226,12 @@ class Recorder:
     def __getattr__(self, name: str) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:
             self.calls.append(name)
-            if name in ("create_pods", "delete_pods", "set_slurm_states"):
+            if name in ("create_pods", "delete_pods", "set_slurm_states", "create_pod_groups"):
                 return {}
             if name in ("list_pods",):
                 return [], "1"
+            if name in ("list_pod_groups",):
+                return []
             return None
 
         return call
@@ -248,13 +250,16 @@ def test_fenced_ports_pass_reads_and_refuse_writes_of_a_follower() -> None:
     fenced_slurm.jobs_on_nodes(["a"])
     fenced_pods.list_pods()
     fenced_pods.read_pod("a")
+    fenced_pods.list_pod_groups()
     assert slurm.calls == ["list_nodes", "jobs_on_nodes"]
-    assert pods.calls == ["list_pods", "read_pod"]
-    writes: list[Callable[[], None]] = [
+    assert pods.calls == ["list_pods", "read_pod", "list_pod_groups"]
+    writes: list[Callable[[], object]] = [
         lambda: fenced_slurm.update_nodes(["a"], state="down", reason="x"),
         lambda: fenced_slurm.set_node_addresses({"a": "10.0.0.1"}),
         lambda: fenced_slurm.set_node_comment(["a"], "x"),
         lambda: fenced_slurm.set_jobs_admin_comment([1], "x"),
+        lambda: fenced_pods.set_pod_group_min_count("g", 2),
+        lambda: fenced_pods.delete_pod_group("g"),
     ]
     for write in writes:
         with pytest.raises(NotLeader):
@@ -265,9 +270,10 @@ def test_fenced_ports_pass_reads_and_refuse_writes_of_a_follower() -> None:
     assert fenced_pods.delete_pods(["a", "b"]) == {"a": refusal, "b": refusal}
     change = SetPodSlurmState("a", "idle", registered=True)
     assert fenced_pods.set_slurm_states([change]) == {"a": refusal}
+    assert fenced_pods.create_pod_groups([{"metadata": {"name": "g"}}]) == {"g": refusal}
     fenced_pods.record_event("a", "Created", "x")
     assert slurm.calls == ["list_nodes", "jobs_on_nodes"]
-    assert pods.calls == ["list_pods", "read_pod"]
+    assert pods.calls == ["list_pods", "read_pod", "list_pod_groups"]
 
 
 def test_fenced_ports_pass_writes_of_the_leader() -> None:
@@ -277,8 +283,17 @@ def test_fenced_ports_pass_writes_of_the_leader() -> None:
     fenced_slurm.update_nodes(["a"], state="down", reason="x")
     fenced_pods.create_pods([{"metadata": {"name": "a"}}])
     fenced_pods.record_event("a", "Created", "x")
+    fenced_pods.create_pod_groups([{"metadata": {"name": "g"}}])
+    fenced_pods.set_pod_group_min_count("g", 2)
+    fenced_pods.delete_pod_group("g")
     assert slurm.calls == ["update_nodes"]
-    assert pods.calls == ["create_pods", "record_event"]
+    assert pods.calls == [
+        "create_pods",
+        "record_event",
+        "create_pod_groups",
+        "set_pod_group_min_count",
+        "delete_pod_group",
+    ]
 
 
 def test_the_lease_s_json_round_trips() -> None:

@@ -328,6 +328,16 @@ def test_node_outside_the_pool_is_refused() -> None:
             [(("spec", "subdomain"), "the bridge sets it to kubernetes.node_service")],
         ),
         (
+            {"spec": {"schedulingGroup": {"podGroupName": "all-of-them"}}},
+            [
+                (
+                    ("spec", "schedulingGroup"),
+                    "the bridge sets it: a job's nodes share the job's PodGroup "
+                    "(kubernetes.gang_scheduling)",
+                )
+            ],
+        ),
+        (
             {"spec": {"restartPolicy": "Always"}},
             [
                 (

@@ -109,3 +109,19 @@ def test_no_nodes_render_no_pods_and_a_stranger_is_refused() -> None:
     assert render_pods(pool_with({}), [], SETTINGS) == []
     with pytest.raises(ValueError, match="'gpu-0' is not in pool 'cpu'"):
         render_pods(pool_with({}), ["cpu-0", "gpu-0"], SETTINGS)
+
+
+@pytest.mark.parametrize(("case", "pool", "settings"), CASES, ids=[c[0] for c in CASES])
+def test_a_gang_adds_its_group_and_leaves_other_pods_byte_identical(
+    case: str, pool: NodePool, settings: PodSettings
+) -> None:
+    nodes = list(pool.node_names)
+    alone = render_pods(pool, nodes, settings)
+    in_gang = render_pods(pool, nodes, settings, pod_groups={nodes[0]: "skb-job-12-x-3f2a1c"})
+    # The rest of the call's pods: the very bytes they had without gang scheduling.
+    assert as_text(in_gang[1:]) == as_text(alone[1:]), case
+    grouped = in_gang[0]
+    assert grouped["spec"].pop("schedulingGroup") == {"podGroupName": "skb-job-12-x-3f2a1c"}
+    assert as_text(grouped) == as_text(alone[0])
+    # A gang never changes the template hash: a pod's group is its node's, not the pool's.
+    assert in_gang[0]["metadata"]["labels"] == alone[0]["metadata"]["labels"]

@@ -408,3 +408,20 @@ def test_defaults_when_fields_are_missing() -> None:
 )
 def test_pod_view_reads_the_template_hash(labels: dict[str, str], template_hash: str) -> None:
     assert pod_view(manifest({}, labels=labels)).template_hash == template_hash
+
+
+@pytest.mark.parametrize(
+    ("spec", "pod_group"),
+    [
+        ({"schedulingGroup": {"podGroupName": "skb-job-12-cpu-3f2a1c"}}, "skb-job-12-cpu-3f2a1c"),
+        ({}, None),
+        ({"schedulingGroup": {}}, None),
+        ({"schedulingGroup": {"podGroupName": ""}}, None),
+        ({"schedulingGroup": "skb-job-12"}, None),
+    ],
+    ids=["in-a-gang", "on-its-own", "no-name", "empty-name", "malformed"],
+)
+def test_pod_view_reads_its_pod_group(spec: dict[str, Any], pod_group: str | None) -> None:
+    doc = manifest({})
+    doc["spec"] = {**doc["spec"], **spec}
+    assert pod_view(doc).pod_group == pod_group

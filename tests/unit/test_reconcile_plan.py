@@ -14,13 +14,15 @@ from typing import Any
 import pytest
 
 from bridge.domain.nodes import SlurmNode
-from bridge.domain.pods import PodFailure, PodHoldup, PodView
+from bridge.domain.pod_groups import GangUnschedulable, PodGroupView
+from bridge.domain.pods import MANAGED_BY, PodFailure, PodHoldup, PodView
 from bridge.domain.pools import NodePool, PoolSet
 from bridge.domain.reason import Reason
 from bridge.domain.reconcile import (
     Action,
     CreatePod,
     DeletePod,
+    DeletePodGroup,
     ForceDeletePod,
     Guards,
     MarkDown,
@@ -88,6 +90,7 @@ def pod(
     host: str = "",
     deletion_grace_s: int | None = None,
     seen_s: float | None = None,
+    pod_group: str | None = None,
 ) -> PodView:
     """A pod of ours created ``age_s`` seconds before ``NOW``; ``overdue_s``: how long ago its
     deletion grace period ended; ``seen_s``: how long ago the bridge first saw it."""
@@ -107,6 +110,7 @@ def pod(
         deletion_grace_s=deletion_grace_s,
         host=host,
         first_seen=None if seen_s is None else NOW - timedelta(seconds=seen_s),
+        pod_group=pod_group,
     )
 
 
@@ -122,10 +126,29 @@ def said(reason: str, ago_s: float, uid: str = "u-1", message: str = "") -> Scal
     return ScaleUpEvent(uid, reason, message, NOW - timedelta(seconds=ago_s))
 
 
+GANG = "skb-job-12-cpu-3f2a1c"
+
+
+def pod_group(
+    name: str = GANG, *, age_s: float = 60, unschedulable_s: float | None = None
+) -> PodGroupView:
+    """A PodGroup of ours made ``age_s`` ago; ``unschedulable_s``: how long ago the scheduler
+    said it cannot place the gang (None: it did not)."""
+    word = (
+        None
+        if unschedulable_s is None
+        else GangUnschedulable(NO_FIT, NOW - timedelta(seconds=unschedulable_s))
+    )
+    return PodGroupView(
+        name, NOW - timedelta(seconds=age_s), unschedulable=word, managed_by=MANAGED_BY
+    )
+
+
 NO_FIT = "0/3 nodes are available: 3 Insufficient cpu."
 NO_GROUP = "pod didn't trigger scale-up: 2 max node group size reached"
 NEVER_FITS = "pod didn't trigger scale-up: 2 Insufficient cpu"
 WAITING_40S = "k8s: waiting: Unschedulable since 2026-12-02T11:59:20Z"
+GANG_UNPLACEABLE = f"pod group skb-job-12-cpu-3f2a1c cannot be placed whole: {NO_FIT}"
 
 
 @dataclass(frozen=True)
@@ -141,6 +164,8 @@ class Case:
     events: list[ScaleUpEvent] = field(default_factory=list)
     #: The Kubernetes nodes that are cordoned.
     cordoned: frozenset[str] = frozenset()
+    #: The bridge's PodGroups (gang scheduling).
+    groups: list[PodGroupView] = field(default_factory=list)
 
 
 def held(name: str, reason: str) -> list[Action]:
@@ -323,6 +348,79 @@ CASES = [
         [pod("cpu-0", phase="Pending", uid="u-1", holdup=unschedulable(40))],
         [SetComment("cpu-0", WAITING_40S)],
         events=[said("NotTriggerScaleUp", 60, message=NO_GROUP)],
+    ),
+    # -- a gang (its job's PodGroup) the scheduler cannot place --------------------------------
+    Case(
+        "powering-up+gang-unschedulable:fail-at-once",
+        [node("cpu-0", "ALLOCATED", "POWERING_UP"), node("cpu-1", "ALLOCATED", "POWERING_UP")],
+        [
+            pod("cpu-0", phase="Pending", uid="u-0", holdup=unschedulable(5), pod_group=GANG),
+            pod("cpu-1", phase="Pending", uid="u-1", holdup=unschedulable(5), pod_group=GANG),
+        ],
+        [
+            *fail_fast("cpu-0", PodFailure("Unschedulable", GANG_UNPLACEABLE), uid="u-0"),
+            *fail_fast("cpu-1", PodFailure("Unschedulable", GANG_UNPLACEABLE), uid="u-1"),
+        ],
+        # Its pods gone, the group is collected.
+        then=[DeletePodGroup(GANG, "no pod names it any more")],
+        groups=[pod_group(unschedulable_s=5)],
+    ),
+    Case(
+        "powering-up+gang-unschedulable+autoscaler-triggered:wait",
+        [node("cpu-0", "ALLOCATED", "POWERING_UP")],
+        [pod("cpu-0", phase="Pending", uid="u-1", holdup=unschedulable(40), pod_group=GANG)],
+        [SetComment("cpu-0", WAITING_40S + ", TriggeredScaleUp")],
+        events=[said("TriggeredScaleUp", 10)],
+        groups=[pod_group(unschedulable_s=40)],
+    ),
+    Case(
+        "powering-up+gang-unschedulable+autoscaler-triggered-300s:fail-at-schedule-timeout",
+        [node("cpu-0", "ALLOCATED", "POWERING_UP")],
+        [pod("cpu-0", phase="Pending", uid="u-1", holdup=unschedulable(300), pod_group=GANG)],
+        fail_fast(
+            "cpu-0",
+            PodFailure("Unschedulable", f"{NO_FIT} (waited 300s, schedule_timeout 300s)"),
+            uid="u-1",
+        ),
+        then=[DeletePodGroup(GANG, "no pod names it any more")],
+        events=[said("TriggeredScaleUp", 250)],
+        groups=[pod_group(age_s=400, unschedulable_s=300)],
+    ),
+    Case(
+        "powering-up+gang-not-judged-yet:wait-as-one-pod",
+        [node("cpu-0", "ALLOCATED", "POWERING_UP")],
+        [pod("cpu-0", phase="Pending", uid="u-1", holdup=unschedulable(40), pod_group=GANG)],
+        [SetComment("cpu-0", WAITING_40S)],
+        groups=[pod_group()],
+    ),
+    Case(
+        "powering-up+gang-unschedulable-but-another-group:wait-as-one-pod",
+        [node("cpu-0", "ALLOCATED", "POWERING_UP")],
+        [pod("cpu-0", phase="Pending", uid="u-1", holdup=unschedulable(40), pod_group=GANG)],
+        [SetComment("cpu-0", WAITING_40S)],
+        groups=[pod_group("skb-job-13-cpu-3f2a1c", age_s=40, unschedulable_s=40)],
+    ),
+    # -- PodGroups no pod names any more: collected (they have no owner) ---------------------
+    Case(
+        "stale-pod-group:delete",
+        [node("cpu-0", "IDLE", "POWERED_DOWN")],
+        [],
+        [DeletePodGroup(GANG, "no pod names it any more")],
+        groups=[pod_group(age_s=60)],
+    ),
+    Case(
+        "young-pod-group-without-pods:kept-for-its-pods-on-their-way",
+        [node("cpu-0", "ALLOCATED", "POWERING_UP")],
+        [],
+        [CreatePod("cpu-0", "cpu", "Slurm node is powering up and has no pod")],
+        groups=[pod_group(age_s=59)],
+    ),
+    Case(
+        "pod-group-its-pods-name:kept",
+        [node("cpu-0", "ALLOCATED")],
+        [pod("cpu-0", pod_group=GANG)],
+        [],
+        groups=[pod_group(age_s=600)],
     ),
     Case(
         "powering-up+image-pull-failing-30s:wait",
@@ -862,7 +960,14 @@ def core(actions: list[Action]) -> list[Action]:
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
 def test_plan(case: Case) -> None:
     found = plan(
-        case.nodes, case.pods, POOLS, NOW, GUARDS, events=case.events, cordoned=case.cordoned
+        case.nodes,
+        case.pods,
+        POOLS,
+        NOW,
+        GUARDS,
+        events=case.events,
+        cordoned=case.cordoned,
+        pod_groups=case.groups,
     )
     assert core(found) == case.actions
 
@@ -890,6 +995,9 @@ def apply(actions: list[Action], slurm: FakeSlurm, pods: FakePods) -> None:
             slurm.update_nodes([a.node], state="resume")
         elif isinstance(a, CreatePod):
             pods.add(a.node, pool=a.pool, phase="Pending")
+    # After the creates, as the service does.
+    gone = {a.name for a in actions if isinstance(a, DeletePodGroup)}
+    pods.groups = {name: g for name, g in pods.groups.items() if name not in gone}
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES if not c.marks])
@@ -897,47 +1005,29 @@ def test_plan_after_its_actions_is_quiet(case: Case) -> None:
     slurm = FakeSlurm(case.nodes, now=NOW)
     pods = FakePods(now=NOW)
     pods.pods = {p.node: p for p in case.pods}
-    events, cordoned = case.events, case.cordoned
-    apply(
-        plan(case.nodes, case.pods, POOLS, NOW, GUARDS, events=events, cordoned=cordoned),
-        slurm,
-        pods,
-    )
-    second = plan(
-        slurm.list_nodes(),
-        pods.list_pods()[0],
-        POOLS,
-        NOW,
-        GUARDS,
-        events=events,
-        cordoned=cordoned,
-    )
-    assert core(second) == case.then
-    apply(second, slurm, pods)
-    # A pod created by ``then`` shows its Slurm state one pass later; after that, quiet.
-    third = plan(
-        slurm.list_nodes(),
-        pods.list_pods()[0],
-        POOLS,
-        NOW,
-        GUARDS,
-        events=events,
-        cordoned=cordoned,
-    )
-    assert core(third) == []
-    apply(third, slurm, pods)
-    assert (
-        plan(
+    pods.groups = {g.name: g for g in case.groups}
+
+    def again() -> list[Action]:
+        return plan(
             slurm.list_nodes(),
             pods.list_pods()[0],
             POOLS,
             NOW,
             GUARDS,
-            events=events,
-            cordoned=cordoned,
+            events=case.events,
+            cordoned=case.cordoned,
+            pod_groups=pods.list_pod_groups(),
         )
-        == []
-    )
+
+    apply(again(), slurm, pods)
+    second = again()
+    assert core(second) == case.then
+    apply(second, slurm, pods)
+    # A pod created by ``then`` shows its Slurm state one pass later; after that, quiet.
+    third = again()
+    assert core(third) == []
+    apply(third, slurm, pods)
+    assert again() == []
 
 
 def test_plan_is_pure() -> None:

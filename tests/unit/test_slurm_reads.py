@@ -79,7 +79,7 @@ def test_a_pass_reads_the_pools_nodes_and_those_with_a_pod_of_ours(case: Observe
     w = World(*case.slurm)
     for node in case.pods:
         w.pods.add(node)
-    nodes, _, _ = w.service.observe()
+    nodes, _, _, _ = w.service.observe()
     assert tuple(n.name for n in nodes) == case.planned
     assert tuple(w.slurm.filtered_reads) == case.reads
     assert w.slurm.full_reads == 0

@@ -1,11 +1,14 @@
-"""The fail-fast rule as a table: which evidence fails a node, and what only starts a clock."""
+"""The fail-fast rule as a table: which evidence fails a node, and what only starts a clock;
+the gang rows too (a PodGroup the scheduler cannot place fails its pods at once)."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from bridge.domain.pod_groups import GangUnschedulable, PodGroupView
 from bridge.domain.pods import PodFailure, PodHoldup, PodView
 from bridge.domain.verdict import (
     Fail,
@@ -183,3 +186,117 @@ SINCE_60 = "2026-12-02T11:59:00Z"
 )
 def test_judge_pod(pod: PodView, events: list[ScaleUpEvent], verdict: Verdict) -> None:
     assert judge_pod(pod, PATIENCE, events, NOW) == verdict
+
+
+GROUP = "skb-job-12-cpu-3f2a1c"
+NO_ROOM = "0/3 nodes are available: 3 Insufficient cpu."
+UNPLACEABLE = Fail("Unschedulable", f"pod group {GROUP} cannot be placed whole: {NO_ROOM}")
+
+
+def gang_pod(holdup: PodHoldup | None, *, host: str = "") -> PodView:
+    return dataclasses.replace(pending(holdup), host=host, pod_group=GROUP)
+
+
+def group(unschedulable_s: float | None) -> PodGroupView:
+    """The pod's group; ``unschedulable_s``: how long ago the scheduler said it cannot place
+    the gang (None: it did not)."""
+    word = None if unschedulable_s is None else GangUnschedulable(NO_ROOM, ago(unschedulable_s))
+    return PodGroupView(GROUP, ago(600), unschedulable=word, managed_by="slurm-k8s-bridge")
+
+
+@pytest.mark.parametrize(
+    ("pod", "group_view", "events", "verdict"),
+    [
+        pytest.param(
+            gang_pod(UNSCHEDULABLE_60),
+            group(60),
+            [],
+            UNPLACEABLE,
+            id="gang-unschedulable-fails-at-once",
+        ),
+        pytest.param(
+            gang_pod(None),
+            group(5),
+            [],
+            UNPLACEABLE,
+            id="the-groups-word-before-the-pods-condition",
+        ),
+        pytest.param(
+            gang_pod(UNSCHEDULABLE_60),
+            group(60),
+            [ScaleUpEvent("u-1", "TriggeredScaleUp", "group a 1->3", ago(30))],
+            Wait(f"Unschedulable since {SINCE_60}, TriggeredScaleUp"),
+            id="autoscaler-adds-nodes-waits",
+        ),
+        pytest.param(
+            gang_pod(PodHoldup("Unschedulable", "no fit", ago(300))),
+            group(300),
+            [ScaleUpEvent("u-1", "TriggeredScaleUp", "group a 1->3", ago(250))],
+            Fail("Unschedulable", "no fit (waited 300s, schedule_timeout 300s)"),
+            id="autoscaler-adds-nodes-until-schedule-timeout",
+        ),
+        pytest.param(
+            gang_pod(UNSCHEDULABLE_60),
+            group(60),
+            [ScaleUpEvent("u-1", "NotTriggerScaleUp", "2 max node group size reached", ago(30))],
+            Wait(f"Unschedulable since {SINCE_60}, NotTriggerScaleUp"),
+            id="autoscaler-full-for-now-waits",
+        ),
+        pytest.param(
+            gang_pod(UNSCHEDULABLE_60),
+            group(60),
+            [ScaleUpEvent("u-1", "NotTriggerScaleUp", "3 Insufficient cpu", ago(30))],
+            UNPLACEABLE,
+            id="autoscaler-cannot-help-fails-at-once",
+        ),
+        pytest.param(
+            gang_pod(UNSCHEDULABLE_60),
+            group(60),
+            [
+                ScaleUpEvent("u-1", "TriggeredScaleUp", "group a 1->3", ago(40)),
+                ScaleUpEvent("u-1", "NotTriggerScaleUp", "3 Insufficient cpu", ago(20)),
+            ],
+            UNPLACEABLE,
+            id="the-autoscalers-newest-word-counts",
+        ),
+        pytest.param(
+            gang_pod(UNSCHEDULABLE_60),
+            group(60),
+            [ScaleUpEvent("u-0", "TriggeredScaleUp", "for the old pod", ago(30))],
+            UNPLACEABLE,
+            id="another-pods-scale-up-does-not-count",
+        ),
+        pytest.param(
+            gang_pod(UNSCHEDULABLE_60),
+            group(None),
+            [],
+            Wait(f"Unschedulable since {SINCE_60}"),
+            id="group-not-judged-yet-waits-as-one-pod",
+        ),
+        pytest.param(
+            gang_pod(None, host="kn-1"),
+            group(60),
+            [],
+            None,
+            id="bound-pod-ignores-a-stale-word",
+        ),
+        pytest.param(
+            gang_pod(PodHoldup("ErrImagePull", "timeout", ago(30)), host="kn-1"),
+            group(60),
+            [],
+            Wait("ErrImagePull since 2026-12-02T11:59:30Z"),
+            id="placed-pod-pulling-its-image",
+        ),
+        pytest.param(
+            gang_pod(UNSCHEDULABLE_60),
+            None,
+            [],
+            Wait(f"Unschedulable since {SINCE_60}"),
+            id="group-unread-waits-as-one-pod",
+        ),
+    ],
+)
+def test_judge_gang_pod(
+    pod: PodView, group_view: PodGroupView | None, events: list[ScaleUpEvent], verdict: Verdict
+) -> None:
+    assert judge_pod(pod, PATIENCE, events, NOW, group_view) == verdict

@@ -12,6 +12,8 @@ what the API server sent; creates and Events go out as JSON bytes, no client mod
 * :mod:`.events`: :class:`EventRecorder`, Events sent in the background from a bounded queue;
 * :mod:`.watch`: the pod watch stream read line by line into :class:`PodEvent`;
 * :mod:`.scale_up`: a cluster autoscaler's Events as the verdict reads them;
+* :mod:`.pod_groups`: the PodGroup API of gang scheduling: discovered, and the bridge's groups
+  (JSON bytes on the client's pool; the client has no model of it);
 * :mod:`.gateway`: :class:`PodGateway`, the operations the service and ``doctor`` use.
 """
 

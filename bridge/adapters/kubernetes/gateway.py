@@ -1,5 +1,6 @@
 """``PodGateway``: the bridge's pods in one namespace (list, watch, create, delete), the
-autoscaler's Events about them, and the access checks ``doctor`` makes."""
+autoscaler's Events about them, its PodGroups (gang scheduling), and the access checks
+``doctor`` makes."""
 
 from __future__ import annotations
 
@@ -24,9 +25,11 @@ from bridge.adapters.kubernetes.drains import ensure_disruption_budget, list_cor
 from bridge.adapters.kubernetes.events import EVENT_SENDERS, EventRecorder, QueuedEvent
 from bridge.adapters.kubernetes.json_bytes import MERGE_PATCH, STRATEGIC_MERGE_PATCH, send_json
 from bridge.adapters.kubernetes.lease import LeaseGateway
+from bridge.adapters.kubernetes.pod_groups import PodGroupApi, discover_pod_group_api
 from bridge.adapters.kubernetes.provenance import PodProvenance
 from bridge.adapters.kubernetes.scale_up import scale_up_event
 from bridge.adapters.kubernetes.watch import PodEvent, watch_pods
+from bridge.domain.pod_groups import PodGroupView
 from bridge.domain.pod_slurm_state import registered_condition
 from bridge.domain.pods import (
     ANNOTATION_CREATE_ID,
@@ -89,6 +92,9 @@ class PodGateway:
         self.delete_budget_s = delete_budget_s
         #: Which pods with our labels are ours (made by this bridge, or there when it started).
         self.provenance = PodProvenance()
+        #: The PodGroup API's ``group/version`` once discovered ("" when the server serves none);
+        #: None until asked (see :meth:`pod_group_api`).
+        self._pod_group_api: str | None = None
 
     @classmethod
     def connect(
@@ -467,6 +473,56 @@ class PodGateway:
                 self._api.api_client, manifest, self._timeout, self.counters
             )
 
+    # -- PodGroups (gang scheduling, see bridge.domain.gangs) --------------------------------------
+
+    def pod_group_api(self) -> str | None:
+        """The PodGroup API the server serves (``scheduling.k8s.io/v1beta1``), or None; asked
+        once (see :mod:`.pod_groups`): serving a new API takes an API server restart, which
+        a bridge restart follows in the upgrade's order of things."""
+        if self._pod_group_api is None:
+            with self._unauthorized_told():
+                found = discover_pod_group_api(self._api.api_client, self._timeout, self.counters)
+            self._pod_group_api = found or ""
+        return self._pod_group_api or None
+
+    def _pod_groups(self, api: str | None = None) -> PodGroupApi:
+        """The PodGroup API at ``api`` (a manifest's version), else the one served."""
+        api = api or self.pod_group_api()
+        if api is None:
+            raise BackendError("the API server serves no PodGroup API (scheduling.k8s.io)")
+        return PodGroupApi(self._api.api_client, api, self.namespace, self._timeout, self.counters)
+
+    def create_pod_group(self, manifest: Mapping[str, Any]) -> bool:
+        """Create the PodGroup; False when one of that name exists already."""
+        with self._unauthorized_told():
+            return self._pod_groups(str(manifest["apiVersion"])).create(manifest)
+
+    def create_pod_groups(
+        self, manifests: Sequence[Mapping[str, Any]]
+    ) -> dict[str, bool | BackendError | InvalidInput]:
+        """Create many PodGroups with bounded concurrency: name → created?, or the error."""
+        return self._each(
+            [(str(m["metadata"]["name"]), m) for m in manifests], self.create_pod_group
+        )
+
+    def list_pod_groups(self) -> list[PodGroupView]:
+        """The bridge's PodGroups (by the pods' selector: ours, of this cluster); none when the
+        server serves no PodGroup API."""
+        if self.pod_group_api() is None:
+            return []
+        with self._unauthorized_told():
+            return self._pod_groups().list(self.selector)
+
+    def set_pod_group_min_count(self, name: str, min_count: int) -> None:
+        """Set the gang's ``minCount`` (lowered when fewer of its pods were created)."""
+        with self._unauthorized_told():
+            self._pod_groups().set_min_count(name, min_count)
+
+    def delete_pod_group(self, name: str) -> bool:
+        """Delete the PodGroup; False when it was gone already."""
+        with self._unauthorized_told():
+            return self._pod_groups().delete(name)
+
     def create_pods(
         self, manifests: Sequence[Mapping[str, Any]]
     ) -> dict[str, bool | BackendError | InvalidInput]:
@@ -523,13 +579,15 @@ class PodGateway:
         status = json.loads(response.data).get("status") or {}
         return list(status.get("resourceRules") or []), bool(status.get("incomplete"))
 
-    def may(self, verb: str, resource: str, name: str = "") -> bool:
-        """Whether these credentials may ``verb`` the core ``resource`` (named ``name``) in the
-        namespace (SelfSubjectAccessReview)."""
+    def may(self, verb: str, resource: str, name: str = "", *, group: str = "") -> bool:
+        """Whether these credentials may ``verb`` the ``resource`` of API ``group`` ("" the
+        core group; named ``name``) in the namespace (SelfSubjectAccessReview)."""
         api = k8s.AuthorizationV1Api(self._api.api_client)
         attributes = {"namespace": self.namespace, "verb": verb, "resource": resource}
         if name:
             attributes["name"] = name
+        if group:
+            attributes["group"] = group
         body = {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SelfSubjectAccessReview",

@@ -1274,9 +1274,12 @@ type ListPoolsResponse struct {
 	// One entry per configured pool, in configuration order.
 	Pools []*PoolBreaker `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
 	// Which bridge leads; unset by bridges before leader election.
-	Leadership    *Leadership `protobuf:"bytes,2,opt,name=leadership,proto3" json:"leadership,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Leadership *Leadership `protobuf:"bytes,2,opt,name=leadership,proto3" json:"leadership,omitempty"`
+	// Whether the answering bridge gang-schedules a multi-node job's pods; unset by bridges
+	// before gang scheduling.
+	GangScheduling *GangScheduling `protobuf:"bytes,3,opt,name=gang_scheduling,json=gangScheduling,proto3" json:"gang_scheduling,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ListPoolsResponse) Reset() {
@@ -1323,6 +1326,80 @@ func (x *ListPoolsResponse) GetLeadership() *Leadership {
 	return nil
 }
 
+func (x *ListPoolsResponse) GetGangScheduling() *GangScheduling {
+	if x != nil {
+		return x.GangScheduling
+	}
+	return nil
+}
+
+// Gang scheduling (`kubernetes.gang_scheduling`), as the answering bridge runs it since its
+// start: each multi-node job's pods (per pool) are created in one Kubernetes PodGroup, which
+// the scheduler binds all together or not at all; a gang it cannot place fails its nodes at
+// once (Slurm requeues the job) unless a cluster autoscaler is adding capacity for it.
+type GangScheduling struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether it is on: the configuration allows it and the API server serves PodGroups.
+	On bool `protobuf:"varint,1,opt,name=on,proto3" json:"on,omitempty"`
+	// The PodGroup API in use (`scheduling.k8s.io/v1beta1`); empty when off.
+	ApiVersion string `protobuf:"bytes,2,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
+	// Why it is off (`the API server serves no PodGroup API`); empty when on.
+	WhyOff        string `protobuf:"bytes,3,opt,name=why_off,json=whyOff,proto3" json:"why_off,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GangScheduling) Reset() {
+	*x = GangScheduling{}
+	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GangScheduling) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GangScheduling) ProtoMessage() {}
+
+func (x *GangScheduling) ProtoReflect() protoreflect.Message {
+	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GangScheduling.ProtoReflect.Descriptor instead.
+func (*GangScheduling) Descriptor() ([]byte, []int) {
+	return file_slurm_k8s_bridge_v1_bridge_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *GangScheduling) GetOn() bool {
+	if x != nil {
+		return x.On
+	}
+	return false
+}
+
+func (x *GangScheduling) GetApiVersion() string {
+	if x != nil {
+		return x.ApiVersion
+	}
+	return ""
+}
+
+func (x *GangScheduling) GetWhyOff() string {
+	if x != nil {
+		return x.WhyOff
+	}
+	return ""
+}
+
 // Leader election on a Lease (`kubernetes.leader_election`), as the answering bridge sees it.
 type Leadership struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1346,7 +1423,7 @@ type Leadership struct {
 
 func (x *Leadership) Reset() {
 	*x = Leadership{}
-	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[15]
+	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1358,7 +1435,7 @@ func (x *Leadership) String() string {
 func (*Leadership) ProtoMessage() {}
 
 func (x *Leadership) ProtoReflect() protoreflect.Message {
-	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[15]
+	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1371,7 +1448,7 @@ func (x *Leadership) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Leadership.ProtoReflect.Descriptor instead.
 func (*Leadership) Descriptor() ([]byte, []int) {
-	return file_slurm_k8s_bridge_v1_bridge_proto_rawDescGZIP(), []int{15}
+	return file_slurm_k8s_bridge_v1_bridge_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Leadership) GetEnabled() bool {
@@ -1435,7 +1512,7 @@ type ResumePoolRequest struct {
 
 func (x *ResumePoolRequest) Reset() {
 	*x = ResumePoolRequest{}
-	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[16]
+	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +1524,7 @@ func (x *ResumePoolRequest) String() string {
 func (*ResumePoolRequest) ProtoMessage() {}
 
 func (x *ResumePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[16]
+	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,7 +1537,7 @@ func (x *ResumePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumePoolRequest.ProtoReflect.Descriptor instead.
 func (*ResumePoolRequest) Descriptor() ([]byte, []int) {
-	return file_slurm_k8s_bridge_v1_bridge_proto_rawDescGZIP(), []int{16}
+	return file_slurm_k8s_bridge_v1_bridge_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ResumePoolRequest) GetPool() string {
@@ -1491,7 +1568,7 @@ type ResumePoolResponse struct {
 
 func (x *ResumePoolResponse) Reset() {
 	*x = ResumePoolResponse{}
-	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[17]
+	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1503,7 +1580,7 @@ func (x *ResumePoolResponse) String() string {
 func (*ResumePoolResponse) ProtoMessage() {}
 
 func (x *ResumePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[17]
+	mi := &file_slurm_k8s_bridge_v1_bridge_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1516,7 +1593,7 @@ func (x *ResumePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumePoolResponse.ProtoReflect.Descriptor instead.
 func (*ResumePoolResponse) Descriptor() ([]byte, []int) {
-	return file_slurm_k8s_bridge_v1_bridge_proto_rawDescGZIP(), []int{17}
+	return file_slurm_k8s_bridge_v1_bridge_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ResumePoolResponse) GetPool() *PoolBreaker {
@@ -1624,12 +1701,18 @@ const file_slurm_k8s_bridge_v1_bridge_proto_rawDesc = "" +
 	"\fpaused_until\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vpausedUntil\x12\x1f\n" +
 	"\vlast_reason\x18\b \x01(\tR\n" +
 	"lastReason\"\x12\n" +
-	"\x10ListPoolsRequest\"\x8c\x01\n" +
+	"\x10ListPoolsRequest\"\xda\x01\n" +
 	"\x11ListPoolsResponse\x126\n" +
 	"\x05pools\x18\x01 \x03(\v2 .slurm_k8s_bridge.v1.PoolBreakerR\x05pools\x12?\n" +
 	"\n" +
 	"leadership\x18\x02 \x01(\v2\x1f.slurm_k8s_bridge.v1.LeadershipR\n" +
-	"leadership\"\xde\x01\n" +
+	"leadership\x12L\n" +
+	"\x0fgang_scheduling\x18\x03 \x01(\v2#.slurm_k8s_bridge.v1.GangSchedulingR\x0egangScheduling\"Z\n" +
+	"\x0eGangScheduling\x12\x0e\n" +
+	"\x02on\x18\x01 \x01(\bR\x02on\x12\x1f\n" +
+	"\vapi_version\x18\x02 \x01(\tR\n" +
+	"apiVersion\x12\x17\n" +
+	"\awhy_off\x18\x03 \x01(\tR\x06whyOff\"\xde\x01\n" +
 	"\n" +
 	"Leadership\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12\x1a\n" +
@@ -1700,7 +1783,7 @@ func file_slurm_k8s_bridge_v1_bridge_proto_rawDescGZIP() []byte {
 }
 
 var file_slurm_k8s_bridge_v1_bridge_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_slurm_k8s_bridge_v1_bridge_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_slurm_k8s_bridge_v1_bridge_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_slurm_k8s_bridge_v1_bridge_proto_goTypes = []any{
 	(Outcome)(0),                  // 0: slurm_k8s_bridge.v1.Outcome
 	(ErrorClass)(0),               // 1: slurm_k8s_bridge.v1.ErrorClass
@@ -1721,10 +1804,11 @@ var file_slurm_k8s_bridge_v1_bridge_proto_goTypes = []any{
 	(*PoolBreaker)(nil),           // 16: slurm_k8s_bridge.v1.PoolBreaker
 	(*ListPoolsRequest)(nil),      // 17: slurm_k8s_bridge.v1.ListPoolsRequest
 	(*ListPoolsResponse)(nil),     // 18: slurm_k8s_bridge.v1.ListPoolsResponse
-	(*Leadership)(nil),            // 19: slurm_k8s_bridge.v1.Leadership
-	(*ResumePoolRequest)(nil),     // 20: slurm_k8s_bridge.v1.ResumePoolRequest
-	(*ResumePoolResponse)(nil),    // 21: slurm_k8s_bridge.v1.ResumePoolResponse
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(*GangScheduling)(nil),        // 19: slurm_k8s_bridge.v1.GangScheduling
+	(*Leadership)(nil),            // 20: slurm_k8s_bridge.v1.Leadership
+	(*ResumePoolRequest)(nil),     // 21: slurm_k8s_bridge.v1.ResumePoolRequest
+	(*ResumePoolResponse)(nil),    // 22: slurm_k8s_bridge.v1.ResumePoolResponse
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
 }
 var file_slurm_k8s_bridge_v1_bridge_proto_depIdxs = []int32{
 	0,  // 0: slurm_k8s_bridge.v1.NodeResult.outcome:type_name -> slurm_k8s_bridge.v1.Outcome
@@ -1734,34 +1818,35 @@ var file_slurm_k8s_bridge_v1_bridge_proto_depIdxs = []int32{
 	4,  // 4: slurm_k8s_bridge.v1.ResumeFailedResponse.results:type_name -> slurm_k8s_bridge.v1.NodeResult
 	2,  // 5: slurm_k8s_bridge.v1.NodeEventRequest.kind:type_name -> slurm_k8s_bridge.v1.NodeEventKind
 	4,  // 6: slurm_k8s_bridge.v1.NodeEventResponse.results:type_name -> slurm_k8s_bridge.v1.NodeResult
-	22, // 7: slurm_k8s_bridge.v1.NodeStatus.since:type_name -> google.protobuf.Timestamp
-	22, // 8: slurm_k8s_bridge.v1.NodeStatus.reason_since:type_name -> google.protobuf.Timestamp
+	23, // 7: slurm_k8s_bridge.v1.NodeStatus.since:type_name -> google.protobuf.Timestamp
+	23, // 8: slurm_k8s_bridge.v1.NodeStatus.reason_since:type_name -> google.protobuf.Timestamp
 	14, // 9: slurm_k8s_bridge.v1.ListNodesResponse.nodes:type_name -> slurm_k8s_bridge.v1.NodeStatus
 	3,  // 10: slurm_k8s_bridge.v1.PoolBreaker.state:type_name -> slurm_k8s_bridge.v1.BreakerState
-	22, // 11: slurm_k8s_bridge.v1.PoolBreaker.paused_until:type_name -> google.protobuf.Timestamp
+	23, // 11: slurm_k8s_bridge.v1.PoolBreaker.paused_until:type_name -> google.protobuf.Timestamp
 	16, // 12: slurm_k8s_bridge.v1.ListPoolsResponse.pools:type_name -> slurm_k8s_bridge.v1.PoolBreaker
-	19, // 13: slurm_k8s_bridge.v1.ListPoolsResponse.leadership:type_name -> slurm_k8s_bridge.v1.Leadership
-	22, // 14: slurm_k8s_bridge.v1.Leadership.since:type_name -> google.protobuf.Timestamp
-	16, // 15: slurm_k8s_bridge.v1.ResumePoolResponse.pool:type_name -> slurm_k8s_bridge.v1.PoolBreaker
-	5,  // 16: slurm_k8s_bridge.v1.Bridge.ResumeNodes:input_type -> slurm_k8s_bridge.v1.ResumeNodesRequest
-	7,  // 17: slurm_k8s_bridge.v1.Bridge.SuspendNodes:input_type -> slurm_k8s_bridge.v1.SuspendNodesRequest
-	9,  // 18: slurm_k8s_bridge.v1.Bridge.ResumeFailed:input_type -> slurm_k8s_bridge.v1.ResumeFailedRequest
-	11, // 19: slurm_k8s_bridge.v1.Bridge.NodeEvent:input_type -> slurm_k8s_bridge.v1.NodeEventRequest
-	13, // 20: slurm_k8s_bridge.v1.Bridge.ListNodes:input_type -> slurm_k8s_bridge.v1.ListNodesRequest
-	17, // 21: slurm_k8s_bridge.v1.Bridge.ListPools:input_type -> slurm_k8s_bridge.v1.ListPoolsRequest
-	20, // 22: slurm_k8s_bridge.v1.Bridge.ResumePool:input_type -> slurm_k8s_bridge.v1.ResumePoolRequest
-	6,  // 23: slurm_k8s_bridge.v1.Bridge.ResumeNodes:output_type -> slurm_k8s_bridge.v1.ResumeNodesResponse
-	8,  // 24: slurm_k8s_bridge.v1.Bridge.SuspendNodes:output_type -> slurm_k8s_bridge.v1.SuspendNodesResponse
-	10, // 25: slurm_k8s_bridge.v1.Bridge.ResumeFailed:output_type -> slurm_k8s_bridge.v1.ResumeFailedResponse
-	12, // 26: slurm_k8s_bridge.v1.Bridge.NodeEvent:output_type -> slurm_k8s_bridge.v1.NodeEventResponse
-	15, // 27: slurm_k8s_bridge.v1.Bridge.ListNodes:output_type -> slurm_k8s_bridge.v1.ListNodesResponse
-	18, // 28: slurm_k8s_bridge.v1.Bridge.ListPools:output_type -> slurm_k8s_bridge.v1.ListPoolsResponse
-	21, // 29: slurm_k8s_bridge.v1.Bridge.ResumePool:output_type -> slurm_k8s_bridge.v1.ResumePoolResponse
-	23, // [23:30] is the sub-list for method output_type
-	16, // [16:23] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	20, // 13: slurm_k8s_bridge.v1.ListPoolsResponse.leadership:type_name -> slurm_k8s_bridge.v1.Leadership
+	19, // 14: slurm_k8s_bridge.v1.ListPoolsResponse.gang_scheduling:type_name -> slurm_k8s_bridge.v1.GangScheduling
+	23, // 15: slurm_k8s_bridge.v1.Leadership.since:type_name -> google.protobuf.Timestamp
+	16, // 16: slurm_k8s_bridge.v1.ResumePoolResponse.pool:type_name -> slurm_k8s_bridge.v1.PoolBreaker
+	5,  // 17: slurm_k8s_bridge.v1.Bridge.ResumeNodes:input_type -> slurm_k8s_bridge.v1.ResumeNodesRequest
+	7,  // 18: slurm_k8s_bridge.v1.Bridge.SuspendNodes:input_type -> slurm_k8s_bridge.v1.SuspendNodesRequest
+	9,  // 19: slurm_k8s_bridge.v1.Bridge.ResumeFailed:input_type -> slurm_k8s_bridge.v1.ResumeFailedRequest
+	11, // 20: slurm_k8s_bridge.v1.Bridge.NodeEvent:input_type -> slurm_k8s_bridge.v1.NodeEventRequest
+	13, // 21: slurm_k8s_bridge.v1.Bridge.ListNodes:input_type -> slurm_k8s_bridge.v1.ListNodesRequest
+	17, // 22: slurm_k8s_bridge.v1.Bridge.ListPools:input_type -> slurm_k8s_bridge.v1.ListPoolsRequest
+	21, // 23: slurm_k8s_bridge.v1.Bridge.ResumePool:input_type -> slurm_k8s_bridge.v1.ResumePoolRequest
+	6,  // 24: slurm_k8s_bridge.v1.Bridge.ResumeNodes:output_type -> slurm_k8s_bridge.v1.ResumeNodesResponse
+	8,  // 25: slurm_k8s_bridge.v1.Bridge.SuspendNodes:output_type -> slurm_k8s_bridge.v1.SuspendNodesResponse
+	10, // 26: slurm_k8s_bridge.v1.Bridge.ResumeFailed:output_type -> slurm_k8s_bridge.v1.ResumeFailedResponse
+	12, // 27: slurm_k8s_bridge.v1.Bridge.NodeEvent:output_type -> slurm_k8s_bridge.v1.NodeEventResponse
+	15, // 28: slurm_k8s_bridge.v1.Bridge.ListNodes:output_type -> slurm_k8s_bridge.v1.ListNodesResponse
+	18, // 29: slurm_k8s_bridge.v1.Bridge.ListPools:output_type -> slurm_k8s_bridge.v1.ListPoolsResponse
+	22, // 30: slurm_k8s_bridge.v1.Bridge.ResumePool:output_type -> slurm_k8s_bridge.v1.ResumePoolResponse
+	24, // [24:31] is the sub-list for method output_type
+	17, // [17:24] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_slurm_k8s_bridge_v1_bridge_proto_init() }
@@ -1776,7 +1861,7 @@ func file_slurm_k8s_bridge_v1_bridge_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slurm_k8s_bridge_v1_bridge_proto_rawDesc), len(file_slurm_k8s_bridge_v1_bridge_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -219,12 +219,24 @@ class ListPoolsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ListPoolsResponse(_message.Message):
-    __slots__ = ("pools", "leadership")
+    __slots__ = ("pools", "leadership", "gang_scheduling")
     POOLS_FIELD_NUMBER: _ClassVar[int]
     LEADERSHIP_FIELD_NUMBER: _ClassVar[int]
+    GANG_SCHEDULING_FIELD_NUMBER: _ClassVar[int]
     pools: _containers.RepeatedCompositeFieldContainer[PoolBreaker]
     leadership: Leadership
-    def __init__(self, pools: _Optional[_Iterable[_Union[PoolBreaker, _Mapping]]] = ..., leadership: _Optional[_Union[Leadership, _Mapping]] = ...) -> None: ...
+    gang_scheduling: GangScheduling
+    def __init__(self, pools: _Optional[_Iterable[_Union[PoolBreaker, _Mapping]]] = ..., leadership: _Optional[_Union[Leadership, _Mapping]] = ..., gang_scheduling: _Optional[_Union[GangScheduling, _Mapping]] = ...) -> None: ...
+
+class GangScheduling(_message.Message):
+    __slots__ = ("on", "api_version", "why_off")
+    ON_FIELD_NUMBER: _ClassVar[int]
+    API_VERSION_FIELD_NUMBER: _ClassVar[int]
+    WHY_OFF_FIELD_NUMBER: _ClassVar[int]
+    on: bool
+    api_version: str
+    why_off: str
+    def __init__(self, on: _Optional[bool] = ..., api_version: _Optional[str] = ..., why_off: _Optional[str] = ...) -> None: ...
 
 class Leadership(_message.Message):
     __slots__ = ("enabled", "identity", "lease", "leader", "leading", "since", "transitions")
