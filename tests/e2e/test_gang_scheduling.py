@@ -16,7 +16,9 @@ Jobs are submitted by the ground's job user, as a site's users do.
 from __future__ import annotations
 
 import json
+import re
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +64,31 @@ def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
     return {}
 
 
+#: The DOWN reason of a gang's nodes names its PodGroup.
+GANG_REASON = re.compile(r"pod group (\S+) cannot be placed whole")
+
+
+def _scheduler_said(
+    pg: ProvingGround, names: tuple[str, ...], since: datetime
+) -> dict[str, set[str]]:
+    """The default scheduler's Event reasons about pods ``names`` from ``since`` on (reason →
+    pods): ``Scheduled`` is a binding, ``FailedScheduling`` a try that placed nothing."""
+    out = pg.kubectl("-n", NAMESPACE, "get", "events", "-o", "json")
+    said: dict[str, set[str]] = {}
+    for event in json.loads(out)["items"]:
+        involved = event.get("involvedObject") or {}
+        stamp = event.get("lastTimestamp") or event.get("eventTime") or ""
+        if involved.get("kind") != "Pod" or involved.get("name") not in names or not stamp:
+            continue
+        if datetime.fromisoformat(stamp.replace("Z", "+00:00")) < since:
+            continue
+        if (event.get("reportingComponent") or event.get("source", {}).get("component")) in (
+            "default-scheduler",
+        ):
+            said.setdefault(str(event.get("reason")), set()).add(str(involved["name"]))
+    return said
+
+
 def _down_reasons(pg: ProvingGround, names: tuple[str, ...]) -> dict[str, str] | None:
     fields = {n: node(pg, n) for n in names}
     if all(f.get("State", "").startswith("DOWN") for f in fields.values()):
@@ -93,33 +120,32 @@ def test_a_job_kubernetes_cannot_place_whole_binds_no_pod_and_is_requeued_in_sec
     assert "podgroups" in pg.kubectl("api-resources", "--api-group=scheduling.k8s.io")
     job = 0
     try:
+        since = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
         job = _three_node_job(pg)
         submitted = time.monotonic()
         seen_bound: set[str] = set()
-        groups: set[str] = set()
 
         def all_down() -> dict[str, str] | None:
+            # The pods may come and go between two looks (seen: under a second): the
+            # scheduler's Events below are the record of what bound.
             ours = pods(pg)
-            for name in NODES:
-                manifest = ours.get(name)
-                if manifest is not None:
-                    groups.add(_group_of(manifest))
-                    if _bound(manifest):
-                        seen_bound.add(name)
+            seen_bound.update(n for n in NODES if n in ours and _bound(ours[n]))
             return _down_reasons(pg, NODES)
 
         reasons = wait_for("gang-[0-2] DOWN", all_down, 90, every=0.5)
         down_after = time.monotonic() - submitted
-        assert seen_bound == set(), f"pods bound though the gang cannot be placed: {seen_bound}"
-        (group,) = groups  # the three pods were one gang
-        assert group, f"the pods joined no pod group: {groups}"
-        for name, reason in reasons.items():
-            assert reason.startswith("k8s: Unschedulable"), (name, reason)
         wait_for(f"job {job} requeued", lambda: _requeued(pg, job), 30, every=0.5)
         requeued_after = time.monotonic() - submitted
+        groups = {m.group(1) for r in reasons.values() if (m := GANG_REASON.search(r))}
+        assert len(groups) == 1, f"the three nodes failed as one gang: {reasons}"
+        for name, reason in reasons.items():
+            assert reason.startswith("k8s: Unschedulable: pod group "), (name, reason)
+        said = _scheduler_said(pg, NODES, since)
+        assert seen_bound == set() and not said.get("Scheduled"), (seen_bound, said)
+        assert said.get("FailedScheduling"), f"the scheduler tried the gang: {said}"
         print(
-            f"gang: sbatch -N3 -> no pod bound; gang-[0-2] DOWN in {down_after:.1f}s, "
-            f"job requeued in {requeued_after:.1f}s; reason: {reasons['gang-0']}"
+            f"gang: sbatch -N3 -> no pod bound (scheduler: {sorted(said)}); gang-[0-2] DOWN in "
+            f"{down_after:.1f}s, job requeued in {requeued_after:.1f}s; reason: {reasons['gang-0']}"
         )
         assert requeued_after < 60, "generous bound: a gang's verdict takes seconds"
     finally:
@@ -192,6 +218,7 @@ def test_a_job_that_fits_binds_both_pods_in_one_cycle_and_completes(
 ) -> None:
     pg = proving_ground
     use("gang-[0-2]")
+    since = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
     job = submit_as_job_user(
         pg, "-p", "gang", "-N2", "-w", "gang-[0-1]", "--output=/dev/null",
         "--wrap", "srun hostname",
@@ -215,5 +242,8 @@ def test_a_job_that_fits_binds_both_pods_in_one_cycle_and_completes(
             f"gang: sbatch -N2 -> COMPLETED in {ran_after:.1f}s; {group}: {scheduled}; {bound_at}"
         )
         assert len(set(bound_at.values())) == 1, f"bound in one cycle (same second): {bound_at}"
+        # The Events the gang test reads for "no pod bound" do show a binding.
+        said = _scheduler_said(pg, ("gang-0", "gang-1"), since)
+        assert said.get("Scheduled") == {"gang-0", "gang-1"}, said
     finally:
         _settle(pg, job)
