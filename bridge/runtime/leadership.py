@@ -137,7 +137,12 @@ class Leadership:
         if self._thread.is_alive():
             self._thread.join(timeout=self.retry_s + 10)
         with self._lock:
-            record, mine = self._record, self._leading_locked()
+            # Held by us as last written, even past our own deadline (a stall, a slow renewal
+            # on a loaded host): the release replaces at that record's resourceVersion, so it
+            # fails harmlessly if another bridge took the Lease meanwhile, and otherwise spares
+            # the others the rest of the Lease.
+            record = self._record
+            mine = record is not None and record.holder == self.identity
             self._valid_until = 0.0
         if release and mine and record is not None:
             try:

@@ -202,6 +202,33 @@ def test_a_released_lease_is_taken_at_once_and_a_restart_keeps_its_own() -> None
     assert b2.leading()
 
 
+@pytest.mark.parametrize(
+    ("taken_meanwhile", "holder_after"),
+    [
+        # Stalled past its own deadline (a loaded host), nobody took over yet: released anyway,
+        # so the other leads at once instead of at the Lease's expiry.
+        (False, ""),
+        # Another bridge took the Lease meanwhile: the release meets a 409 and changes nothing.
+        (True, "b"),
+    ],
+)
+def test_a_leader_past_its_own_deadline_still_releases_what_it_last_held(
+    taken_meanwhile: bool, holder_after: str
+) -> None:
+    store, clock, events = LeaseStore(), Clock(), list[str]()
+    a, b = elector(store, "a", clock, events), elector(store, "b", clock, events)
+    a.run_once()
+    b.run_once()
+    clock.t += 11  # past two thirds of the 15 s Lease without a renewal
+    assert not a.leading()
+    if taken_meanwhile:
+        clock.t += 5
+        b.run_once()
+        assert b.leading()
+    a.stop(release=True)
+    assert store.lease is not None and store.lease.holder == holder_after
+
+
 def test_the_observer_hears_every_step() -> None:
     store, clock = LeaseStore(), Clock()
     seen: list[tuple[str, bool, int]] = []
