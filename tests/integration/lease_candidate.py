@@ -12,6 +12,7 @@ T``.
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 import time
@@ -40,8 +41,13 @@ def main(argv: list[str]) -> int:
         on_stopped=lambda: say("stop"),
     )
     fenced = FencedPods(pods, leadership.check)
-    leadership.start()
     stop = threading.Event()
+    # SIGINT (the test's clean stop) ends the loop between two writes, as the bridge's own
+    # SIGTERM does. Not KeyboardInterrupt, raised wherever the main thread happens to be (inside
+    # a print, an Event write, a lock): twice in CI a candidate stopped that way printed no
+    # "stop" and released nothing, and the other led only at the Lease's expiry.
+    signal.signal(signal.SIGINT, lambda _signum, _frame: stop.set())
+    leadership.start()
     sequence = 0
     try:
         while not stop.wait(0.1):
@@ -55,8 +61,6 @@ def main(argv: list[str]) -> int:
             print(f"write {asked:.3f}", flush=True)
             sequence += 1
             fenced.record_event("lease-probe", "LeaseProbe", f"{identity} write {sequence}")
-    except KeyboardInterrupt:
-        pass
     finally:
         leadership.stop(release=True)
         pods.close()
