@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -337,6 +337,16 @@ def hostlist_of(count: int, offset: int = 0) -> str:
     return f"scale-[{offset}-{offset + count - 1}]" if count > 1 else f"scale-{offset}"
 
 
+def resume_file_of(hostlist: str) -> dict[str, Any]:
+    """SLURM_RESUME_FILE for one one-node job per node (an array of N tasks): the pods are then
+    exactly the baselines' (a job of N nodes would make them one gang, a PodGroup the scheduler
+    places whole, which no baseline does)."""
+    from bridge.domain.hostlist import expand
+
+    jobs = [{"job_id": i + 1, "nodes": name} for i, name in enumerate(expand(hostlist))]
+    return {"jobs": jobs, "all_nodes": hostlist}
+
+
 # -- the contenders ----------------------------------------------------------------------------
 
 
@@ -434,7 +444,11 @@ class BenchBridge:
     """``slurm-k8s-bridge serve`` with :func:`bench_config`, and copies of the real hooks that
     talk to it."""
 
-    def __init__(self, work: Path, kubeconfig: Path, slurm_conf: Path) -> None:
+    def __init__(self, work: Path, settings: Mapping[str, str]) -> None:
+        """``settings``: the ``SKB_*`` environment the ground gives its own bridge (its
+        kubeconfig, slurm.conf, the series' Slurm clients, the auth) less the socket, which the
+        file sets. Without the ground's clients it called the host's 22.05 ``sinfo``, which
+        failed and was retried on every reconcile pass: three processes per 0.3 s of a burst."""
         self.work = work
         self.socket = str(work / "bridge.sock")
         self.config_path = work / "bridge.yaml"
@@ -453,11 +467,7 @@ class BenchBridge:
             f"SKB_PYTHON={PYTHON}\nSKB_SOCKET=unix:{self.socket}\n"
             f"SKB_HOOK_LOG={work / 'hooks.log'}\nSKB_SLURM_BIN=/usr/bin\n"
         )
-        env = {
-            **os.environ,
-            "SKB_KUBERNETES_KUBECONFIG": str(kubeconfig),
-            "SKB_SLURM_CONF": str(slurm_conf),
-        }
+        env = {**os.environ, **{k: v for k, v in settings.items() if k != "SKB_BRIDGE_SOCKET"}}
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 [str(ROOT / ".venv" / "bin" / "slurm-k8s-bridge"), "serve", "--config",
@@ -482,18 +492,14 @@ class BenchBridge:
                 return False
         return True
 
-    def hook(
-        self, kind: str, hostlist: str, jobs: int = 1, client: str = "go"
-    ) -> tuple[float, str]:
+    def hook(self, kind: str, hostlist: str, client: str = "go") -> tuple[float, str]:
         """Run the real ``kind`` hook as slurmctld does (no PATH; SLURM_RESUME_FILE for a resume)
         with hook.sh's ``client`` (go: slurm_plugins/bin/skb-hook; python: bridge.hooks);
         returns (seconds, its log line)."""
         env = {"PWD": "/", "SHLVL": "1", "PYTHONPATH": str(ROOT), "SKB_HOOK_CLIENT": client}
         if kind == "resume":
             resume_file = self.work / "resume.json"
-            resume_file.write_text(
-                json.dumps({"jobs": [{"job_id": jobs, "nodes": hostlist}], "all_nodes": hostlist})
-            )
+            resume_file.write_text(json.dumps(resume_file_of(hostlist)))
             env["SLURM_RESUME_FILE"] = str(resume_file)
         log = self.work / "hooks.log"
         before = log.stat().st_size if log.exists() else 0
@@ -586,7 +592,7 @@ class Ground:
     def open(cls) -> Iterator[Ground]:
         sys.path.insert(0, str(ROOT / "dev"))
         from proving_ground import ground
-        from proving_ground.bridge_daemon import bridge_kubeconfig
+        from proving_ground.bridge_daemon import bridge_kubeconfig, bridge_settings
         from proving_ground.layout import Layout
 
         layout = Layout.default()
@@ -602,7 +608,7 @@ class Ground:
         lean = LeanApi(read_kubeconfig(kubeconfig))
         admin = LeanApi(read_kubeconfig(admin_kubeconfig))
         core = official_core(kubeconfig)
-        bridge = BenchBridge(Path(tmp), kubeconfig, layout.slurm_conf)
+        bridge = BenchBridge(Path(tmp), bridge_settings(layout))
         found = cls(
             bridge_kubeconfig=kubeconfig,
             admin_kubeconfig=admin_kubeconfig,

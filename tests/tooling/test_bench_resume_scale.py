@@ -8,6 +8,7 @@ the ratio of the medians), since the issue's must-show reads them.
 from __future__ import annotations
 
 import io
+import json
 import logging
 import sys
 import time
@@ -20,6 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "dev" / "bench"))
 import resume_scale
 from resume_scale import Breakdown, Results, Timing
 
+from bridge.domain.gangs import job_gangs
+from bridge.domain.resume_file import resume_jobs
 from bridge.runtime.log_format import configure_logging
 
 
@@ -102,3 +105,22 @@ def test_the_ratio_cell_pairs_rounds_only_when_each_contender_ran_every_round(
     ours: list[float], theirs: list[float], cell: str
 ) -> None:
     assert resume_scale.ratio_cell(ours, theirs) == cell
+
+
+@pytest.mark.parametrize(
+    ("hostlist", "jobs"),
+    [
+        ("scale-7", {1: ("scale-7",)}),
+        ("scale-[3-5]", {1: ("scale-3",), 2: ("scale-4",), 3: ("scale-5",)}),
+    ],
+)
+def test_the_bench_resumes_one_one_node_job_per_node_so_its_pods_join_no_gang(
+    hostlist: str, jobs: dict[int, tuple[str, ...]]
+) -> None:
+    """The baselines create plain pods; a job of N nodes would put the bridge's in a PodGroup
+    (seen: ``pod group skb-job-1-scale-… created: … (minCount 1000)``, the scheduler's CPU
+    2.8x lean's in the same run)."""
+    parsed = resume_jobs(json.dumps(resume_scale.resume_file_of(hostlist)))
+    assert {job.job_id: tuple(job.nodes) for job in parsed} == jobs
+    pool_of_node = {node: resume_scale.POOL for nodes in jobs.values() for node in nodes}
+    assert job_gangs(parsed, pool_of_node, "x") == []
