@@ -1,4 +1,11 @@
-"""The reconcile loop: a pass every interval, and soon after a poke (a pod event, an RPC)."""
+"""The reconcile loop: a pass every interval, and soon after a poke (a pod event, an RPC).
+
+While a resume's creates are in flight, passes come at most every ``busy_gap_s``: a
+1,000-pod burst brings some 3,000 pod events, each a poke, and a pass every 0.3 s meanwhile
+read Slurm (a process), walked every pod and planned nothing for the nodes being created (they
+are in flight), on the cores the creates and the API server need (issue 33). A pass that the
+burst delays is at most ``busy_gap_s`` late.
+"""
 
 from __future__ import annotations
 
@@ -24,10 +31,16 @@ class Reconciler:
         *,
         before_pass: Callable[[], object] | None = None,
         may_run: Callable[[], bool] = lambda: True,
+        busy: Callable[[], bool] = lambda: False,
+        busy_gap_s: float = 2.0,
     ) -> None:
         self.service = service
         self.interval_s = interval_s
         self.min_gap_s = min_gap_s
+        #: True while creates are in flight (the resume dispatcher's): then passes are spaced by
+        #: ``busy_gap_s`` instead of ``min_gap_s``.
+        self.busy = busy
+        self.busy_gap_s = busy_gap_s
         #: Runs on this thread before every pass (the config reload), never during one.
         self.before_pass = before_pass
         #: False while another bridge leads: a follower plans nothing (its writes would be
@@ -69,5 +82,5 @@ class Reconciler:
                 log.warning("reconcile pass failed (next pass retries): %s", e)
             except Exception:
                 log.exception("reconcile pass crashed (next pass retries)")
-            # Pod events arrive in bursts; coalesce them.
-            self._stop.wait(self.min_gap_s)
+            # Pod events arrive in bursts; coalesce them, the more while creates are in flight.
+            self._stop.wait(self.busy_gap_s if self.busy() else self.min_gap_s)

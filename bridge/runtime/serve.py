@@ -221,6 +221,7 @@ def start(config: BridgeConfig) -> Bridge:
         config.bridge.reconcile_interval_s,
         before_pass=reloader.reload_if_due if reloader is not None else None,
         may_run=leading,
+        busy=service.resumes.busy,
     )
     tls = None
     if config.bridge.tls_cert and config.bridge.tls_key and config.bridge.tls_client_ca:

@@ -71,6 +71,11 @@ class ResumeDispatcher:
         with self._changed:
             return frozenset(self._in_flight)
 
+    def busy(self) -> bool:
+        """Whether some create job is queued or running."""
+        with self._changed:
+            return self._pending > 0
+
     def wait_idle(self, timeout_s: float) -> bool:
         """Wait until every queued create ended (or ``timeout_s`` passed); ``True`` if they did."""
         with self._changed:

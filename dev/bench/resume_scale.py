@@ -810,10 +810,19 @@ creator's last create returned (for the bridge, its last 'created' log line). CP
 process used from the start until the end seen."""
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` so far (every thread)."""
+def process_cpu_s(pid: int, *, children: bool = False) -> float:
+    """User + system CPU seconds of ``pid`` so far (every thread); ``children``: instead, those
+    of its children it has waited for (the bridge's Slurm commands)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    first = 13 if children else 11
+    return (int(fields[first]) + int(fields[first + 1])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_of(pids: Mapping[str, int]) -> dict[str, float]:
+    """:func:`process_cpu_s` of each of ``pids``, and of the bridge's waited-for children."""
+    spent = {name: process_cpu_s(pid) for name, pid in pids.items()}
+    spent["the bridge's Slurm commands"] = process_cpu_s(pids["bridge"], children=True)
+    return spent
 
 
 def daemon_pids() -> dict[str, int]:
@@ -889,7 +898,7 @@ def explain_one(
         )
         time.sleep(2)  # the watch is open
         pids["the pod watch"] = side_watch.pid
-    before = {name: process_cpu_s(pid) for name, pid in pids.items()}
+    before = cpu_of(pids)
     own_cpu = time.process_time()
     polled = variant.endswith("-poll")
     watcher = None if polled else Watcher(ground.admin_kubeconfig, selector, count)
@@ -910,7 +919,7 @@ def explain_one(
         if watcher is not None:
             seen = watcher.reached(timeout_s)
         assert seen is not None
-        cpu = {name: process_cpu_s(pid) - before[name] for name, pid in pids.items()}
+        cpu = {name: spent - before[name] for name, spent in cpu_of(pids).items()}
         if contender == "lean":
             cpu["the creator"] = time.process_time() - own_cpu
         if contender == "bridge":
@@ -926,8 +935,8 @@ def explain_one(
     return Breakdown(variant, seen - started, last_create - started, cpu)
 
 
-def explain(count: int, rounds: int) -> list[Breakdown]:
-    """Every variant ``rounds`` times, in a rotating order, on one ground."""
+def explain(count: int, rounds: int, variants: Sequence[str] = VARIANTS) -> list[Breakdown]:
+    """Every variant of ``variants`` ``rounds`` times, in a rotating order, on one ground."""
     from proving_ground.layout import Layout
 
     layout = Layout.default()
@@ -936,8 +945,8 @@ def explain(count: int, rounds: int) -> list[Breakdown]:
     with Ground.open() as ground:
         daemons = daemon_pids()  # once the ground is up: Ground.open starts it if need be
         for round_ in range(rounds):
-            shift = round_ % len(VARIANTS)
-            for variant in VARIANTS[shift:] + VARIANTS[:shift]:
+            shift = round_ % len(variants)
+            for variant in [*variants[shift:], *variants[:shift]]:
                 progress(f"explain: {variant} x {count:,} (round {round_ + 1}/{rounds})")
                 found.append(explain_one(ground, variant, count, kubectl, daemons))
     return found
@@ -1070,11 +1079,20 @@ def main(argv: Sequence[str]) -> int:
         help="instead: where the time of --sizes' first count goes, ROUNDS rounds of each "
         "variant (lean against its variants and the bridge; see EXPLAIN_NOTE)",
     )
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help=f"with --explain: which, comma-separated (default: all: {','.join(VARIANTS)})",
+    )
     args = parser.parse_args(argv)
     if args.explain:
+        variants = [v for v in args.variants.split(",") if v]
+        unknown = sorted(set(variants) - set(VARIANTS))
+        if unknown or not variants:
+            parser.error(f"--variants: unknown {unknown or 'none given'}; choose from {VARIANTS}")
         sys.path.insert(0, str(ROOT / "dev"))
         count = int(args.sizes.split(",")[0])
-        print("\n".join(explain_lines(explain(count, args.explain))))
+        print("\n".join(explain_lines(explain(count, args.explain, variants))))
         print(EXPLAIN_NOTE)
         return 0
     sizes = [int(s) for s in args.sizes.split(",") if s]

@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import bridge.adapters.slurm.cli as cli_module
 from bridge.adapters.slurm.cli import SlurmCli
 from bridge.domain.hostlist import expand
 from bridge.domain.slurm_version import SlurmVersion, SlurmVersionError
@@ -197,6 +199,32 @@ def test_list_nodes_by_name_keeps_each_node_list_far_under_arg_max(
     assert len(lists) == reads
     assert all(len(node_list) <= 64 * 1024 for node_list in lists)
     assert sorted(n for node_list in lists for n in expand(node_list)) == sorted(names)
+
+
+def test_the_same_names_again_are_not_compressed_again(
+    fake: FakeSlurm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every pass asks for the pools' nodes: their hostlist is made once (15 ms for 10,000)."""
+    fake.command(
+        "scontrol",
+        {"--version": VERSION_26, "show": Reply(stdout=V26 / "scontrol-states.json")},
+    )
+    compressed: list[int] = []
+    real = cli_module.hostlist.compress_within
+
+    def counting(names: Iterable[str], limit: int) -> list[str]:
+        names = list(names)
+        compressed.append(len(names))
+        return real(names, limit)
+
+    monkeypatch.setattr(cli_module.hostlist, "compress_within", counting)
+    cli = _cli(fake)
+    pools = [f"cpu-{i}" for i in range(10)]
+    for names in (pools, list(pools), [*pools, "gpu-0"], pools):
+        cli.list_nodes(names)
+    assert compressed == [10, 11, 10]
+    lists = [call.split()[3] for call in fake.calls()[1:]]
+    assert lists == ["cpu-[0-9]", "cpu-[0-9]", "cpu-[0-9],gpu-0", "cpu-[0-9]"]
 
 
 def test_list_nodes_uses_sinfo_on_22_05(fake: FakeSlurm) -> None:
