@@ -80,11 +80,6 @@ class _ResumeCall:
     rejected: list[NodeResult]
     jobs: list[ResumeJob]
 
-    @property
-    def job_ids(self) -> dict[str, list[int]]:
-        """Node → the ids of the jobs waiting for it."""
-        return job_ids_by_node(self.jobs)
-
 
 def _error_class(error: BridgeError) -> ErrorClass:
     if isinstance(error, NoCapacity):
@@ -265,7 +260,7 @@ class BridgeService:
         """Create one pod per node and answer when every create ended (ResumeNodes with wait);
         Kubernetes' refusals set the node DOWN with our reason."""
         call = self._validate_resume(hostlist, resume_file, request_id)
-        created = self._create(call.groups, call.job_ids, request_id, file_jobs=call.jobs)
+        created = self._create(call.groups, request_id, call.jobs)
         return in_order(call.names, call.rejected + created)
 
     def accept_resume(
@@ -285,14 +280,13 @@ class BridgeService:
         """
         call = self._validate_resume(hostlist, resume_file, request_id)
         usable = [n for members in call.groups.values() for n in members]
-        job_ids = call.job_ids
         if usable:
 
             def create(nodes: list[str]) -> None:
                 # ``nodes``: those of the call no other resume is creating; the gangs are
                 # formed of them alone (a pod made elsewhere would never carry the group).
                 groups = self.config.pools.group(nodes)[0]
-                self._create(groups, job_ids, request_id, file_jobs=call.jobs)
+                self._create(groups, request_id, call.jobs)
 
             queued = self.resumes.submit(usable, create, request_id, hold=answered)
             if len(queued) < len(usable):
@@ -312,17 +306,17 @@ class BridgeService:
     def _create(
         self,
         groups: Mapping[str, list[str]],
-        jobs: Mapping[str, list[int]],
         request_id: str,
-        *,
-        file_jobs: Sequence[ResumeJob] = (),
+        jobs: Sequence[ResumeJob] = (),
     ) -> list[NodeResult]:
         """Render and create the pods of ``groups`` (pool name → nodes); one result per node.
-        With gang scheduling on, the nodes of each multi-node job of ``file_jobs`` (the resume
-        file's) go in one PodGroup, created before them."""
+        ``jobs``: the resume file's (none for the reconciler's creates): each node's are named
+        in its log line and Event, and with gang scheduling on the nodes of each multi-node job
+        go in one PodGroup, created before them."""
         results, groups = self._refuse_paused(groups, request_id)
+        job_ids = job_ids_by_node(jobs)
         settings = self.config.pod_settings()
-        gangs = self.pod_groups.create(groups, file_jobs, request_id, settings)
+        gangs = self.pod_groups.create(groups, jobs, request_id, settings)
         members = gang_members(gangs)
         manifests: list[dict[str, Any]] = []
         for pool_name, nodes in groups.items():
@@ -346,7 +340,7 @@ class BridgeService:
                     failed[Reason(verdict.reason, verdict.message)].append(node)
                 waits += comment
                 continue
-            results.append(self._created(node, result, jobs.get(node, []), request_id))
+            results.append(self._created(node, result, job_ids.get(node, []), request_id))
         if waits:
             self.slurm_writes.write(waits)
         # Kubernetes said no for good: fail fast so Slurm requeues instead of waiting.
@@ -613,7 +607,7 @@ class BridgeService:
                 groups[create.pool].append(create.node)
             # Not self.resume: a pod the reconciler recreates starts no resume latency. It
             # has no resume file either, so it joins no gang: placed on its own.
-            self._create(groups, {}, "reconcile")
+            self._create(groups, "reconcile")
         self.pod_groups.delete([a for a in actions if isinstance(a, DeletePodGroup)])
         # Last: a record for kubectl, never in the way of what Slurm and its jobs wait for.
         self.pod_states.write([a for a in actions if isinstance(a, SetPodSlurmState)])
