@@ -41,7 +41,7 @@ pytestmark = pytest.mark.e2e
 NODES = ("gang-0", "gang-1", "gang-2")
 #: The comparison's schedule_timeout_s for pool gang (the ground's pools say 120 s; a site's
 #: default is 300 s): how long the bound pods hold their CPUs is this plus the release.
-COMPARISON_TIMEOUT_S = 30
+COMPARISON_TIMEOUT_S = 15
 
 
 def _bound(manifest: dict[str, Any]) -> bool:
