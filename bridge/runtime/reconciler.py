@@ -1,10 +1,10 @@
 """The reconcile loop: a pass every interval, and soon after a poke (a pod event, an RPC).
 
-While a resume's creates are in flight, passes come at most every ``busy_gap_s``: a
-1,000-pod burst brings some 3,000 pod events, each a poke, and a pass every 0.3 s meanwhile
-read Slurm (a process), walked every pod and planned nothing for the nodes being created (they
-are in flight), on the cores the creates and the API server need (issue 33). A pass that the
-burst delays is at most ``busy_gap_s`` late.
+While a resume's creates or a suspend's deletes are in flight (``BridgeService.busy``),
+passes come at most every ``busy_gap_s``: a 1,000-pod burst brings some 3,000 pod events, each
+a poke, and a pass every 0.3 s meanwhile read Slurm (a process), walked every pod and planned
+nothing for the nodes in flight, on the cores the calls and the API server need (issue 33). A
+pass that the burst delays is at most ``busy_gap_s`` late.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class Reconciler:
         self.service = service
         self.interval_s = interval_s
         self.min_gap_s = min_gap_s
-        #: True while creates are in flight (the resume dispatcher's): then passes are spaced by
+        #: True while a burst of creates or deletes is in flight: then passes are spaced by
         #: ``busy_gap_s`` instead of ``min_gap_s``.
         self.busy = busy
         self.busy_gap_s = busy_gap_s

@@ -221,7 +221,7 @@ def start(config: BridgeConfig) -> Bridge:
         config.bridge.reconcile_interval_s,
         before_pass=reloader.reload_if_due if reloader is not None else None,
         may_run=leading,
-        busy=service.resumes.busy,
+        busy=service.busy,
     )
     tls = None
     if config.bridge.tls_cert and config.bridge.tls_key and config.bridge.tls_client_ca:
@@ -253,7 +253,7 @@ def start(config: BridgeConfig) -> Bridge:
         forwarder=forwarder,
     )
     server.start()
-    watcher = PodWatcher(pods, reconciler, cache=cache, metrics=metrics)
+    watcher = PodWatcher(pods, reconciler, cache=cache, metrics=metrics, busy=service.busy)
     if leadership is None:
         metrics.leader.set(1)
         ensure_disruption_budgets(config, pods)  # before the first pass, which may drain nodes

@@ -139,6 +139,9 @@ class BridgeService:
         self._sightings_lock = threading.Lock()
         #: Creates for the resumes answered before their pods exist (accept_resume).
         self.resumes = ResumeDispatcher()
+        #: Suspend and resume-fail calls whose deletes run now (see :meth:`busy`).
+        self._deleting = 0
+        self._deleting_lock = threading.Lock()
         #: Sets failed nodes DOWN, and for a fail-fast comments and releases their jobs.
         self.failures = JobAwareFailure(slurm, self.metrics)
         #: Each pool's circuit breaker over fail-fasts.
@@ -297,6 +300,26 @@ class BridgeService:
                 )
         accepted = [NodeResult(n, Outcome.ACCEPTED) for n in usable]
         return in_order(call.names, call.rejected + accepted)
+
+    def busy(self) -> bool:
+        """Whether a burst of pod calls is under way: a resume's creates queued or running, or a
+        suspend's (a resume-fail's) deletes. The reconcile loop spaces its passes and the pod
+        watch reads in batches meanwhile: each of the burst's thousands of pod events would
+        otherwise cost a pass or a wake-up on the cores the calls and the API server need."""
+        with self._deleting_lock:
+            if self._deleting:
+                return True
+        return self.resumes.busy()
+
+    def _deleting_for(self, nodes: Iterable[str], request_id: str, why: str) -> list[NodeResult]:
+        """:meth:`_delete` for a Slurm call, counted while it runs (:meth:`busy`)."""
+        with self._deleting_lock:
+            self._deleting += 1
+        try:
+            return self._delete(nodes, request_id, why)
+        finally:
+            with self._deleting_lock:
+                self._deleting -= 1
 
     def close(self, timeout_s: float) -> None:
         """Take no new resumes; wait up to ``timeout_s`` for the queued creates (then drop them:
@@ -474,7 +497,7 @@ class BridgeService:
         for node in nodes:
             self.metrics.forget(node)
         return in_order(
-            names, rejected + self._delete(nodes, request_id, "Slurm suspended the node")
+            names, rejected + self._deleting_for(nodes, request_id, "Slurm suspended the node")
         )
 
     def resume_failed(self, hostlist: str, request_id: str) -> list[NodeResult]:
@@ -483,7 +506,7 @@ class BridgeService:
         nodes = [n for members in groups.values() for n in members]
         for node in nodes:
             self.metrics.forget(node)
-        deleted = self._delete(nodes, request_id, "Slurm reported the resume as failed")
+        deleted = self._deleting_for(nodes, request_id, "Slurm reported the resume as failed")
         return in_order(names, rejected + deleted)
 
     def node_event(

@@ -1,19 +1,27 @@
 """How often the reconcile loop runs a pass under a stream of pokes: every ``min_gap_s`` when
-no create is in flight, every ``busy_gap_s`` while a resume's creates are (issue 33: a
-1,000-pod burst pokes some 3,000 times, and each pass read Slurm and walked every pod on the
-cores the creates need). Timing tests with generous bounds: the behaviour is about time."""
+no burst of pod calls is under way, every ``busy_gap_s`` while a resume's creates or a
+suspend's deletes are (issue 33: a 1,000-pod burst pokes some 3,000 times, and each pass read
+Slurm and walked every pod on the cores the calls need). Timing tests with generous bounds:
+the behaviour is about time."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import pytest
 
+from bridge.errors import BackendError, InvalidInput
 from bridge.runtime.reconciler import Reconciler
 from bridge.service.resume_dispatcher import ResumeDispatcher
 from bridge.service.use_cases import BridgeService
+from tests.unit.fakes import FakePods
+from tests.unit.harness import Harness
+
+NOW = datetime(2026, 12, 6, 21, 0, tzinfo=UTC)
 
 
 class CountingService:
@@ -84,3 +92,35 @@ def test_the_dispatcher_is_busy_from_submit_until_its_creates_ended() -> None:
     finally:
         release.set()
         dispatcher.close(10)
+
+
+class WatchedDeletes(FakePods):
+    """Pods whose deletes record whether the service called itself busy while they ran."""
+
+    def __init__(self) -> None:
+        super().__init__(now=NOW, journal=[])
+        self.busy_during: list[bool] = []
+        self.service: BridgeService | None = None
+
+    def delete_pods(
+        self,
+        names: Sequence[str],
+        *,
+        uids: Mapping[str, str] | None = None,
+        grace_period_s: int | None = None,
+    ) -> dict[str, bool | BackendError | InvalidInput]:
+        assert self.service is not None
+        self.busy_during.append(self.service.busy())
+        return super().delete_pods(names, uids=uids, grace_period_s=grace_period_s)
+
+
+@pytest.mark.parametrize("call", ["suspend", "resume_failed"])
+def test_the_service_is_busy_while_a_slurm_call_s_deletes_run(call: str) -> None:
+    pods = WatchedDeletes()
+    service = Harness(now=NOW, pods=pods).service
+    pods.service = service
+
+    assert not service.busy()
+    getattr(service, call)("cpu-[0-1]", "r1")
+    assert pods.busy_during == [True]  # its one delete_pods call
+    assert not service.busy()
