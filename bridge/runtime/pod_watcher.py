@@ -1,12 +1,12 @@
 """The pod watcher (an informer): lists the bridge's pods once, then watches them into the cache.
 
-While a burst of creates or deletes is in flight (``BridgeService.busy``), the watch reads in
-batches. A 1,000-pod burst brings some 3,000 events, about one a millisecond, and reading them
+During a burst (the bridge's creates or deletes in flight, or pod events arriving at
+:data:`BURST_EVENTS_PER_S`), the watch reads in batches. A 1,000-pod burst brings some 3,000 events, about one a millisecond, and reading them
 one by one woke the watch thread for each: a wait on the socket, a read, the GIL taken from 64
 create threads, and a parse with cold caches, some three times the CPU of the same events read
 back to back (issue 33). So once the watch has caught up (its last read waited on the socket),
-it pauses ``busy_batch_s`` and then reads what arrived meanwhile in one go. A pod's news is at most that late during a burst;
-outside one, every event is read as it comes.
+it pauses ``busy_batch_s`` and then reads what arrived meanwhile in one go. A pod's news is at
+most that late during a burst; outside one, every event is read as it comes.
 """
 
 from __future__ import annotations
@@ -31,6 +31,44 @@ CAUGHT_UP_READ_S = 0.0002
 #: The least time the watch reads between two pauses, so that a read slowed by something else
 #: (the GIL, a busy core) can never hold it to one event a pause.
 MIN_READING_S = 0.005
+
+
+#: Pod events a second from which the watch's own stream counts as a burst: the pods of a
+#: suspend end for seconds after its deletes returned (kwok or the kubelets finish them), and a
+#: drain or another client's mass change is a burst no call of ours announces. Everyday
+#: traffic (a job's few pods, their status changes) stays far below.
+BURST_EVENTS_PER_S = 200
+
+
+class PodEventRate:
+    """How many pod events the watch delivered in the last second: a count per one-second
+    window, the window before kept for reads early in the next. Written by the watch thread
+    only; a read from another thread may be one event behind, which no threshold minds."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._start = -2.0e9  # the current window's start: none yet
+        self._count = 0  # events in the current window
+        self._before = 0  # events in the window before, if it ended less than 1 s ago
+
+    def note(self) -> None:
+        now = self.clock()
+        if now - self._start >= 1.0:
+            self._before = self._count if now - self._start < 2.0 else 0
+            self._start, self._count = now, 0
+        self._count += 1
+
+    def per_second(self) -> int:
+        """The events of the last full window, or of the current one if more already."""
+        age = self.clock() - self._start
+        if age >= 2.0:
+            return 0
+        if age >= 1.0:
+            return self._count
+        return max(self._before, self._count)
+
+    def bursting(self) -> bool:
+        return self.per_second() >= BURST_EVENTS_PER_S
 
 
 def batch_pause(*, read_s: float, reading_s: float, busy: bool, busy_batch_s: float) -> float:
@@ -86,6 +124,7 @@ class PodWatcher:
         max_backoff_s: float = 10.0,
         busy: Callable[[], bool] = lambda: False,
         busy_batch_s: float = 0.05,
+        rate: PodEventRate | None = None,
     ) -> None:
         self.pods = pods
         self.reconciler = reconciler
@@ -98,6 +137,8 @@ class PodWatcher:
         #: Whether a burst of creates or deletes is in flight: the watch then reads in batches.
         self.busy = busy
         self.busy_batch_s = busy_batch_s
+        #: Counts the events delivered (a burst by itself, see :data:`BURST_EVENTS_PER_S`).
+        self.rate = rate or PodEventRate()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pod-watch", daemon=True)
 
@@ -132,6 +173,7 @@ class PodWatcher:
             if event is None:
                 return
             read = time.monotonic()
+            self.rate.note()
             yield event
             pause = batch_pause(
                 read_s=read - asked,

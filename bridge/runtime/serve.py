@@ -26,7 +26,7 @@ from bridge.runtime.config_reload import ConfigReloader
 from bridge.runtime.fencing import FencedPods, FencedSlurm
 from bridge.runtime.leadership import Leadership
 from bridge.runtime.pod_cache import PodCache
-from bridge.runtime.pod_watcher import PodWatcher
+from bridge.runtime.pod_watcher import PodEventRate, PodWatcher
 from bridge.runtime.reconciler import Reconciler
 from bridge.service.use_cases import BridgeService
 from bridge.settings import BridgeConfig
@@ -216,12 +216,20 @@ def start(config: BridgeConfig) -> Bridge:
         if config.source
         else None
     )
+    # A burst: our own creates or deletes in flight, or the pods' events arriving at a burst's
+    # rate (a suspend's pods ending after its deletes returned, a drain). Passes are spaced and
+    # the watch reads in batches meanwhile.
+    pod_events = PodEventRate()
+
+    def bursting() -> bool:
+        return service.busy() or pod_events.bursting()
+
     reconciler = Reconciler(
         service,
         config.bridge.reconcile_interval_s,
         before_pass=reloader.reload_if_due if reloader is not None else None,
         may_run=leading,
-        busy=service.busy,
+        busy=bursting,
     )
     tls = None
     if config.bridge.tls_cert and config.bridge.tls_key and config.bridge.tls_client_ca:
@@ -253,7 +261,9 @@ def start(config: BridgeConfig) -> Bridge:
         forwarder=forwarder,
     )
     server.start()
-    watcher = PodWatcher(pods, reconciler, cache=cache, metrics=metrics, busy=service.busy)
+    watcher = PodWatcher(
+        pods, reconciler, cache=cache, metrics=metrics, busy=bursting, rate=pod_events
+    )
     if leadership is None:
         metrics.leader.set(1)
         ensure_disruption_budgets(config, pods)  # before the first pass, which may drain nodes

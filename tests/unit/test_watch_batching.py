@@ -1,5 +1,6 @@
-"""During a burst of creates the pod watch reads in batches (issue 33): once caught up it
-pauses, then reads what arrived meanwhile; outside a burst it reads every event as it comes."""
+"""During a burst the pod watch reads in batches (issue 33): once caught up it pauses, then
+reads what arrived meanwhile; outside a burst it reads every event as it comes. A burst is the
+bridge's own calls in flight or the watch's events arriving at a burst's rate."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import pytest
 from bridge.adapters.kubernetes import PodEvent
 from bridge.domain.pods import PodView
 from bridge.runtime.pod_watcher import (
+    BURST_EVENTS_PER_S,
     CAUGHT_UP_READ_S,
     MIN_READING_S,
+    PodEventRate,
     PodWatcher,
     batch_pause,
 )
@@ -109,3 +112,36 @@ def test_the_watch_pauses_between_caught_up_reads_only_in_a_burst(
     pods, version = watcher.cache.list_pods()
     assert sorted(p.name for p in pods) == ["cpu-0", "cpu-1", "cpu-2", "cpu-3"]
     assert version == "5"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize(
+    ("arrivals", "read_at", "per_second"),
+    [
+        pytest.param([], 100.0, 0, id="nothing-yet"),
+        pytest.param([(100.0, 300)], 100.5, 300, id="within-the-first-second"),
+        pytest.param([(100.0, 300)], 101.5, 300, id="the-window-just-ended"),
+        pytest.param([(100.0, 300)], 102.5, 0, id="quiet-for-a-second"),
+        # 300 in the first window, 5 so far in the next: the full window is the rate.
+        pytest.param([(100.0, 300), (101.2, 5)], 101.3, 300, id="early-in-the-next"),
+        # The window before ended long ago: it does not count.
+        pytest.param([(100.0, 300), (105.0, 5)], 105.1, 5, id="old-window-forgotten"),
+    ],
+)
+def test_pod_event_rate(arrivals: list[tuple[float, int]], read_at: float, per_second: int) -> None:
+    clock = Clock()
+    rate = PodEventRate(clock)
+    for at, count in arrivals:
+        clock.now = at
+        for _ in range(count):
+            rate.note()
+    clock.now = read_at
+    assert rate.per_second() == per_second
+    assert rate.bursting() is (per_second >= BURST_EVENTS_PER_S)
