@@ -1,12 +1,13 @@
 """The pod watcher (an informer): lists the bridge's pods once, then watches them into the cache.
 
 During a burst (the bridge's creates or deletes in flight, or pod events arriving at
-:data:`BURST_EVENTS_PER_S`), the watch reads in batches. A 1,000-pod burst brings some 3,000 events, about one a millisecond, and reading them
-one by one woke the watch thread for each: a wait on the socket, a read, the GIL taken from 64
-create threads, and a parse with cold caches, some three times the CPU of the same events read
-back to back (issue 33). So once the watch has caught up (its last read waited on the socket),
-it pauses ``busy_batch_s`` and then reads what arrived meanwhile in one go. A pod's news is at
-most that late during a burst; outside one, every event is read as it comes.
+:data:`BURST_EVENTS_PER_S`), the watch reads in batches. A 1,000-pod burst brings some 3,000
+events, about one a millisecond, and reading them one by one woke the watch thread for each: a
+wait on the socket, a read, the GIL taken from 64 create threads, and a parse with cold caches,
+some three times the CPU of the same events read back to back (issue 33). So once the watch has
+caught up (its last read waited on the socket), it pauses ``busy_batch_s`` and then reads what
+arrived meanwhile in one go. A pod's news is at most that late during a burst; outside one,
+every event is read as it comes.
 """
 
 from __future__ import annotations
