@@ -56,6 +56,12 @@ LIST_PAGE_SIZE = 500
 #: limit once a create is bytes out and a status back (issue 11: 64 lean threads made 1,000 pods
 #: in 2.0-2.4 s); settings.BridgeSettings.create_concurrency is the configured value.
 CONCURRENCY = 64
+#: Threads besides the create pool and the Event senders that may hold a connection at the same
+#: time: the watch, the reconciler, the lease, the resume dispatcher's workers (4), the gRPC
+#: handlers (8). At one slot for the watch only, a 1,000-pod burst left the pool full of the
+#: others' connections, and every watch end after it logged urllib3's "Connection pool is full,
+#: discarding connection" and opened a new TLS connection.
+OTHER_CALLERS = 16
 
 
 class PodGateway:
@@ -112,9 +118,9 @@ class PodGateway:
         credentials = KubeCredentials(kubeconfig, context)
         configuration = k8s.Configuration()
         credentials.configure(configuration)
-        # One connection per concurrent create and Event sender, and the watch's; urllib3
+        # One connection per concurrent create and Event sender, and the other callers'; urllib3
         # otherwise discards the extras noisily.
-        configuration.connection_pool_maxsize = max(concurrency, 4) + EVENT_SENDERS + 1
+        configuration.connection_pool_maxsize = max(concurrency, 4) + EVENT_SENDERS + OTHER_CALLERS
         # The one ApiClient: it keeps this Configuration (no copy), so every call made through
         # it, the watch's, Events' and drains' too, asks the credentials' hook for the token.
         api = k8s.CoreV1Api(k8s.ApiClient(configuration))
