@@ -135,7 +135,8 @@ class PodWatcher:
         self.watch_timeout_s = watch_timeout_s
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
-        #: Whether a burst of creates or deletes is in flight: the watch then reads in batches.
+        #: Whether a burst is under way (see the module's docstring): the watch then reads in
+        #: batches.
         self.busy = busy
         self.busy_batch_s = busy_batch_s
         #: Counts the events delivered (a burst by itself, see :data:`BURST_EVENTS_PER_S`).

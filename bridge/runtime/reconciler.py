@@ -1,10 +1,11 @@
 """The reconcile loop: a pass every interval, and soon after a poke (a pod event, an RPC).
 
-While a resume's creates or a suspend's deletes are in flight (``BridgeService.busy``),
-passes come at most every ``busy_gap_s``: a 1,000-pod burst brings some 3,000 pod events, each
-a poke, and a pass every 0.3 s meanwhile read Slurm (a process), walked every pod and planned
-nothing for the nodes in flight, on the cores the calls and the API server need (issue 33). A
-pass that the burst delays is at most ``busy_gap_s`` late.
+During a burst (serve.py's ``bursting``: a resume's creates or a suspend's deletes in flight,
+or pod events at ``pod_watcher.BURST_EVENTS_PER_S``), passes come at most every
+``busy_gap_s``: a 1,000-pod burst brings some 3,000 pod events, each a poke, and a pass every
+0.3 s meanwhile read Slurm (a process), walked every pod and planned nothing for the nodes in
+flight, on the cores the calls and the API server need (issue 33). A pass that the burst
+delays is at most ``busy_gap_s`` late.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ class Reconciler:
         self.service = service
         self.interval_s = interval_s
         self.min_gap_s = min_gap_s
-        #: True while a burst of creates or deletes is in flight: then passes are spaced by
-        #: ``busy_gap_s`` instead of ``min_gap_s``.
+        #: True during a burst (creates or deletes in flight, a burst of pod events): then
+        #: passes are spaced by ``busy_gap_s`` instead of ``min_gap_s``.
         self.busy = busy
         self.busy_gap_s = busy_gap_s
         #: Runs on this thread before every pass (the config reload), never during one.
