@@ -146,6 +146,25 @@ def stale_pod_groups(
     )
 
 
+def groups_in_view(
+    groups: Iterable[PodGroupView], pods: Iterable[PodView]
+) -> dict[str, PodGroupView]:
+    """The groups whose word may decide for their pods, by name: those the pod view holds
+    every member of (``minCount`` pods naming the group; a group without one, always).
+
+    The pods come from a watch's cache and the groups from a list read after it, so the
+    scheduler's word that a gang of three cannot be placed may arrive while the cache holds
+    one of its pods (the watch reads in batches during a burst). Judged then, that node alone
+    would go DOWN and its job's other nodes would be released without the reason (seen in CI:
+    gang-0 DOWN, gang-[1-2] back to idle~). A watch event later the view holds the gang whole
+    and the next pass fails it as one; until then each pod's own hold-up decides."""
+    named: dict[str, int] = {}
+    for pod in pods:
+        if pod.pod_group:
+            named[pod.pod_group] = named.get(pod.pod_group, 0) + 1
+    return {g.name: g for g in groups if g.min_count is None or named.get(g.name, 0) >= g.min_count}
+
+
 def short_gangs(gangs: Sequence[Gang], created: Mapping[str, object]) -> list[tuple[Gang, int]]:
     """The gangs of a call whose pods were not all created now (``created``: node → the
     create's outcome, True for a pod made with its group), with how many were: the scheduler

@@ -16,7 +16,8 @@ Kubernetes said no (``verdict.judge_pod``) (fail fast: Slurm requeues the job at
 node powering up, pod held up (waiting)    the node's Comment says why: ``k8s: waiting: ...``
 node powering up, its pod's PodGroup (the  DOWN with ``k8s: Unschedulable: pod group ...``
 job's gang) cannot be placed whole         at once, unless an autoscaler adds capacity
-                                           (``verdict.judge_pod``)
+                                           (``verdict.judge_pod``); not before the pod view
+                                           holds the whole gang (``gangs.groups_in_view``)
 node up, no pod                            DOWN with ``k8s: PodMissing`` (re-checked at once
                                            before it is applied), power down after the hold
 node DOWN (our reason), not powered down   delete the pod if any (not while a job on it is still
@@ -58,7 +59,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from .gangs import STALE_POD_GROUP_AGE, stale_pod_groups
+from .gangs import STALE_POD_GROUP_AGE, groups_in_view, stale_pod_groups
 from .nodes import SlurmNode
 from .pod_groups import PodGroupView
 from .pod_slurm_state import is_registered, pod_comment, slurm_state_word
@@ -496,7 +497,7 @@ def plan(
     pod_list = list(pods)
     by_node: Mapping[str, PodView] = {p.node: p for p in pod_list}
     groups = list(pod_groups)
-    group_by_name: Mapping[str, PodGroupView] = {g.name: g for g in groups}
+    group_by_name: Mapping[str, PodGroupView] = groups_in_view(groups, pod_list)
     actions: list[Action] = []
     for name in sorted(set(nodes) | set(by_node)):
         node, pod = nodes.get(name), by_node.get(name)

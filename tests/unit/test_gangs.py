@@ -17,6 +17,7 @@ from bridge.domain.gangs import (
     gang_members,
     gang_name,
     gang_suffix,
+    groups_in_view,
     job_gangs,
     render_pod_group,
     short_gangs,
@@ -244,9 +245,14 @@ def test_pod_group_view_reads_whose_it_is() -> None:
     assert (foreign.is_ours, foreign.min_count, foreign.job_id) == (False, None, "")
 
 
-def group(name: str, age_s: float, *, ours: bool = True) -> PodGroupView:
+def group(
+    name: str, age_s: float, *, ours: bool = True, min_count: int | None = None
+) -> PodGroupView:
     return PodGroupView(
-        name, NOW - timedelta(seconds=age_s), managed_by=MANAGED_BY if ours else "kueue"
+        name,
+        NOW - timedelta(seconds=age_s),
+        managed_by=MANAGED_BY if ours else "kueue",
+        min_count=min_count,
     )
 
 
@@ -289,6 +295,42 @@ def test_stale_pod_groups(
     groups: list[PodGroupView], pods: list[PodView], stale: list[str]
 ) -> None:
     assert stale_pod_groups(groups, pods, NOW) == stale
+
+
+@pytest.mark.parametrize(
+    ("groups", "pods", "in_view"),
+    [
+        pytest.param(
+            [group("g1", 5, min_count=3)],
+            [pod("cpu-0", "g1"), pod("cpu-1", "g1"), pod("cpu-2", "g1")],
+            ["g1"],
+            id="the-view-holds-the-whole-gang",
+        ),
+        pytest.param(
+            [group("g1", 5, min_count=3)],
+            [pod("cpu-0", "g1"), pod("cpu-1", None)],
+            [],
+            id="the-watch-has-shown-one-of-three",
+        ),
+        pytest.param(
+            [group("g1", 5, min_count=2)],
+            [pod("cpu-0", "g1"), pod("cpu-1", "g1", deleting=True)],
+            ["g1"],
+            id="a-terminating-member-still-counts",
+        ),
+        pytest.param(
+            [group("g1", 5, min_count=3), group("g2", 5, min_count=2)],
+            [pod("cpu-0", "g2"), pod("cpu-1", "g2"), pod("cpu-2", "g1")],
+            ["g2"],
+            id="each-group-by-its-own-members",
+        ),
+        pytest.param([group("g1", 5)], [], ["g1"], id="no-min-count-no-guard"),
+    ],
+)
+def test_groups_in_view(
+    groups: list[PodGroupView], pods: list[PodView], in_view: list[str]
+) -> None:
+    assert sorted(groups_in_view(groups, pods)) == in_view
 
 
 G12 = gang(12, "cpu", "cpu-0", "cpu-1", "cpu-2")
