@@ -29,7 +29,7 @@ from bridge.adapters.kubernetes.credentials import (
 )
 from bridge.errors import BackendError, Unauthorized
 from bridge.metrics import BridgeMetrics
-from tests.unit.fake_kube_api import FakeApiServer, status_answer
+from tests.unit.fake_kube_api import Answer, FakeApiServer, status_answer
 
 PODS = "/api/v1/namespaces/slurm/pods"
 CREDENTIALS_LOGGER = "bridge.adapters.kubernetes.credentials"
@@ -221,6 +221,26 @@ def test_each_call_uses_the_token_the_files_hold_now(
         assert str(kubeconfig.holder) in warnings[0]
     else:
         assert warnings == []
+
+
+def test_creates_on_their_own_route_send_the_token_the_files_hold_now(
+    api_server: FakeApiServer, kubeconfig: Kubeconfig
+) -> None:
+    # Creates go out on a route looked up once per client (json_bytes), not through the
+    # client's request building: the token must still be asked for at each one.
+    api_server.answer(f"POST {PODS}", Answer(201), Answer(201), Answer(201))
+    gateway = connect(kubeconfig)
+    try:
+        gateway.create_pod({"metadata": {"name": "cpu-0"}})
+        gateway.create_pod({"metadata": {"name": "cpu-1"}})
+        replaced("t2")(kubeconfig)
+        gateway.create_pod({"metadata": {"name": "cpu-2"}})
+    finally:
+        gateway.close(0)
+    assert tokens(api_server) == ["Bearer t1", "Bearer t1", "Bearer t2"]
+    assert {r.headers["user-agent"] for r in api_server.requests} == {
+        gateway._api.api_client.user_agent
+    }
 
 
 def test_the_first_load_failing_is_a_backend_error_naming_the_file(tmp_path: Path) -> None:

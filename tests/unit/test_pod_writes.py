@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import pytest
+from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from bridge.adapters.kubernetes.calls import (
@@ -23,6 +24,7 @@ from bridge.adapters.kubernetes.calls import (
     translate,
 )
 from bridge.adapters.kubernetes.events import EventRecorder, QueuedEvent
+from bridge.adapters.kubernetes.gateway import PodGateway
 from bridge.domain.pods import ANNOTATION_CREATE_ID
 from bridge.errors import (
     BackendError,
@@ -88,6 +90,23 @@ def test_a_create_sends_the_manifest_as_json_bytes_with_the_credentials(
     assert sent == manifest("cpu-0")
     assert CREATE_ID.fullmatch(create_id), create_id
     assert request.headers["content-type"] == "application/json"
+    assert request.headers["authorization"] == "Bearer t0ken"
+
+
+def test_behind_a_proxy_a_create_goes_through_the_proxy(api_server: FakeApiServer) -> None:
+    # Creates take a route looked up once per client; behind a proxy the client's own
+    # ProxyManager sends them (an absolute URL to the proxy), as every other call.
+    configuration = api_server.core_api().api_client.configuration
+    configuration.proxy, configuration.host = configuration.host, "http://apiserver.invalid:6443"
+    pods = PodGateway(
+        k8s.CoreV1Api(k8s.ApiClient(configuration)),
+        namespace="slurm",
+        cluster_name="lab",
+        concurrency=2,
+    )
+    assert pods.create_pod(manifest("cpu-0")) is True
+    (request,) = api_server.requests
+    assert request.path == f"http://apiserver.invalid:6443{PODS}"
     assert request.headers["authorization"] == "Bearer t0ken"
 
 
