@@ -347,6 +347,25 @@ def test_expanded_expressions_compress_to_the_same_set() -> None:
         assert set(expand(compress(names))) == set(names), expression
 
 
+def test_a_plain_name_expands_as_the_parser_would() -> None:
+    # expand() returns a plain host name as it is, unparsed; a trailing comma makes the same
+    # hostlist go through the parser, which must agree (or refuse both: past 19 digits the
+    # plain path is not taken).
+    rng = seeded(2611)
+    for _ in range(2000):
+        head = "".join(rng.choice("abz-09") for _ in range(rng.randint(0, 6)))
+        name = head + "".join(rng.choice("0123456789") for _ in range(rng.randint(0, 24)))
+        try:
+            parsed: list[str] | str = expand(name + ",")
+        except HostlistError as e:
+            parsed = type(e).__name__
+        try:
+            plain: list[str] | str = expand(name)
+        except HostlistError as e:
+            plain = type(e).__name__
+        assert plain == parsed, name
+
+
 # ---- node names ----------------------------------------------------------------------------------
 
 NODE_NAMES = [
@@ -355,6 +374,8 @@ NODE_NAMES = [
     ("1", None),
     ("a" * 63, None),
     ("a18446744073709551615", None),
+    ("a" + "9" * 19, None),  # the most digits read back unchanged without expanding
+    ("a" + "1" * 20, None),  # more: expanded, and below 2**64
     ("", "node name must not be empty"),
     ("a" * 64, "is 64 characters long; the limit is 63"),
     ("a" * 1_000_000, "node name 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...' is 1000000"),
