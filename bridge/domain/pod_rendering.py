@@ -27,7 +27,7 @@ import copy
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,8 +137,21 @@ def render_pods(
     *,
     pod_groups: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """The pod manifests of ``nodes`` of ``pool``, in order; the same as :func:`render_pod` for
-    each, and no two of them (nor the pool's template) share a dict or a list.
+    """The pod manifests of ``nodes`` of ``pool``, in order (:func:`each_pod`'s, as a list)."""
+    return list(each_pod(pool, nodes, settings, pod_groups=pod_groups))
+
+
+def each_pod(
+    pool: NodePool,
+    nodes: Sequence[str],
+    settings: PodSettings,
+    *,
+    pod_groups: Mapping[str, str] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """The pod manifests of ``nodes`` of ``pool``, in order, each as soon as it is rendered (a
+    resume's creates start with the first, not after the last: 58 ms for 1,000 pods); the same
+    as :func:`render_pod` for each, and no two of them (nor the pool's template) share a dict
+    or a list. Every node is checked before the first pod comes.
 
     The pool's pod is rendered once and kept as JSON bytes, an immutable template; each node's
     pod is decoded from them and gets the four places that name the node set. (A deep copy of
@@ -153,14 +166,13 @@ def render_pods(
         if node not in pool:
             raise ValueError(f"node {node!r} is not in pool {pool.name!r}")
     if not nodes:
-        return []
+        return
     shared = _render_sharing_the_template(pool, nodes[0], settings)
     shared["metadata"]["labels"][LABEL_TEMPLATE_HASH] = pool_template_hash(pool, settings)
     frozen = _as_json(shared)
     slurmd_index = next(
         i for i, c in enumerate(shared["spec"]["containers"]) if c["name"] == SLURMD_CONTAINER
     )
-    pods = []
     for node in nodes:
         pod = orjson.loads(frozen) if frozen is not None else copy.deepcopy(shared)
         pod["metadata"]["name"] = node
@@ -171,8 +183,7 @@ def render_pods(
         group = pod_groups.get(node) if pod_groups else None
         if group:
             pod["spec"]["schedulingGroup"] = {"podGroupName": group}
-        pods.append(pod)
-    return pods
+        yield pod
 
 
 def pool_template_hash(pool: NodePool, settings: PodSettings) -> str:

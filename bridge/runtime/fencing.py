@@ -8,7 +8,7 @@ the service handles as a transient failure and the RPC layer answers UNAVAILABLE
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from bridge.domain.job_failure import SlurmJob
@@ -83,10 +83,14 @@ class FencedPods:
         return None
 
     def create_pods(
-        self, manifests: Sequence[Mapping[str, Any]]
+        self, manifests: Iterable[Mapping[str, Any]]
     ) -> Mapping[str, bool | BackendError | InvalidInput]:
-        refused = self._refused("create pods", [str(m["metadata"]["name"]) for m in manifests])
-        return self._pods.create_pods(manifests) if refused is None else refused
+        try:
+            self._fence("create pods")
+        except NotLeader as e:
+            return dict.fromkeys((str(m["metadata"]["name"]) for m in manifests), e)
+        # Passed on unread: a resume's pods are rendered as the creates go.
+        return self._pods.create_pods(manifests)
 
     def delete_pods(
         self,

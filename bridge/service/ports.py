@@ -6,7 +6,7 @@ and the unit tests' fakes meet them structurally; nothing here imports an adapte
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from bridge.domain.job_failure import SlurmJob
@@ -55,8 +55,10 @@ class PodPort(Protocol):
     def list_pods(self) -> tuple[list[PodView], str]: ...
 
     def create_pods(
-        self, manifests: Sequence[Mapping[str, Any]]
-    ) -> Mapping[str, bool | BackendError | InvalidInput]: ...
+        self, manifests: Iterable[Mapping[str, Any]]
+    ) -> Mapping[str, bool | BackendError | InvalidInput]:
+        """Create each pod as ``manifests`` yields it (a resume's are rendered meanwhile)."""
+        ...
 
     def delete_pods(
         self,

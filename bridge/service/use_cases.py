@@ -19,7 +19,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from bridge.domain.circuit import PoolBreakerStatus
 from bridge.domain.gang_mode import GANG_MODE_OFF, GangMode
@@ -29,9 +28,9 @@ from bridge.domain.node_names import split_hostlist
 from bridge.domain.node_status import node_statuses
 from bridge.domain.nodes import SlurmNode
 from bridge.domain.pod_groups import PodGroupView
-from bridge.domain.pod_rendering import pool_template_hash, render_pods
+from bridge.domain.pod_rendering import each_pod, pool_template_hash
 from bridge.domain.pods import UNSCHEDULABLE, PodView
-from bridge.domain.pools import PoolSet
+from bridge.domain.pools import NodePool, PoolSet
 from bridge.domain.reason import Reason, our_reason
 from bridge.domain.reconcile import (
     Action,
@@ -341,13 +340,20 @@ class BridgeService:
         settings = self.config.pod_settings()
         gangs = self.pod_groups.create(groups, jobs, request_id, settings)
         members = gang_members(gangs)
-        manifests: list[dict[str, Any]] = []
+        rendered: list[tuple[NodePool, list[str]]] = []
         for pool_name, nodes in groups.items():
             pool = self.config.pools.by_name(pool_name)
             if pool is None:  # group() only returns names of pools it has
                 raise BridgeError(f"internal: pool {pool_name!r} vanished")
-            manifests.extend(render_pods(pool, nodes, settings, pod_groups=members))
-        outcome = self.pods.create_pods(manifests) if manifests else {}
+            if nodes:
+                rendered.append((pool, nodes))
+        # Rendered as they are sent: the first create starts with the first pod, not the last.
+        manifests = (
+            manifest
+            for pool, nodes in rendered
+            for manifest in each_pod(pool, nodes, settings, pod_groups=members)
+        )
+        outcome = self.pods.create_pods(manifests) if rendered else {}
         self.pod_groups.shrink_short(gangs, outcome, request_id)
         failed: dict[Reason, list[str]] = defaultdict(list)
         waits: list[SetComment] = []

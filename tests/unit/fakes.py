@@ -218,7 +218,7 @@ class FakePods:
         return list(self.pods.values()), "1"
 
     def create_pods(
-        self, manifests: Sequence[Mapping[str, Any]]
+        self, manifests: Iterable[Mapping[str, Any]]
     ) -> dict[str, bool | BackendError | InvalidInput]:
         results: dict[str, bool | BackendError | InvalidInput] = {}
         for manifest in manifests:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -50,7 +50,7 @@ class GatedPods(FakePods):
         self.threads: list[str] = []
 
     def create_pods(
-        self, manifests: Sequence[Mapping[str, Any]]
+        self, manifests: Iterable[Mapping[str, Any]]
     ) -> dict[str, bool | BackendError | InvalidInput]:
         name = threading.current_thread().name
         self.threads.append(name)

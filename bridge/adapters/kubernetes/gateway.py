@@ -9,7 +9,7 @@ import dataclasses
 import functools
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -530,10 +530,11 @@ class PodGateway:
             return self._pod_groups().delete(name)
 
     def create_pods(
-        self, manifests: Sequence[Mapping[str, Any]]
+        self, manifests: Iterable[Mapping[str, Any]]
     ) -> dict[str, bool | BackendError | InvalidInput]:
-        """Create many pods with bounded concurrency: node → created?, or the error."""
-        return self._each([(str(m["metadata"]["name"]), m) for m in manifests], self.create_pod)
+        """Create many pods with bounded concurrency: node → created?, or the error. Each
+        create is queued as ``manifests`` yields its pod (a resume renders them meanwhile)."""
+        return self._each(((str(m["metadata"]["name"]), m) for m in manifests), self.create_pod)
 
     def delete_pods(
         self,
@@ -553,7 +554,7 @@ class PodGateway:
         )
 
     def _each(
-        self, items: Sequence[tuple[str, Any]], fn: Callable[[Any], bool]
+        self, items: Iterable[tuple[str, Any]], fn: Callable[[Any], bool]
     ) -> dict[str, bool | BackendError | InvalidInput]:
         futures = {name: self._pool.submit(fn, arg) for name, arg in items}
         results: dict[str, bool | BackendError | InvalidInput] = {}
