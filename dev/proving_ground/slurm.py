@@ -40,13 +40,15 @@ SLURMD_TIMEOUT = 30
 # How the ground (and any whole 22.05 cluster of our own, e.g. dev/bench/chaos.py) asks the
 # renderer for what a site's Include must not impose: PrivateData=cloud (22.05 hides CLOUD
 # nodes without it), power saving timed globally too, config_overrides (slurmd in a pod sees the
-# host's hardware), TreeWidth, rates, ReturnToService; power_save_interval=5 and
-# power_save_min_interval=0 make slurmctld react within seconds, not a minute.
+# host's hardware), TreeWidth, rates, ReturnToService. power_save_min_interval=0 makes
+# slurmctld's power work follow a node update within a second; power_save_interval=1 makes the
+# changes no update announces (SuspendTimeout or SuspendTime ending) follow within a second too,
+# instead of up to 5 s later: a node powered down in a test is idle~ ~3 s sooner on average.
 def render_options(series: str) -> dict[str, Any]:
     """The renderer's options for a ground of Slurm ``series`` (PrivateData=cloud: 22.05 only)."""
     return {
         "slurm_version": series,
-        "site_slurmctld_parameters": ("power_save_interval=5", "power_save_min_interval=0"),
+        "site_slurmctld_parameters": ("power_save_interval=1", "power_save_min_interval=0"),
         "suspend_time": SUSPEND_TIME,
         "suspend_timeout": SUSPEND_TIMEOUT,
         "resume_timeout": RESUME_TIMEOUT,

@@ -165,7 +165,7 @@ def test_an_autoscaler_that_says_no_fails_the_node_fast(
     wait_for("job requeued", lambda: job_state(pg, job) == "PENDING" or None, 30)
     print(
         f"huge-1: Unschedulable at +{pending_at:.1f}s; NotTriggerScaleUp -> DOWN in "
-        f"{verdict_s:.1f}s (schedule_timeout 60 s, ResumeTimeout 180 s)"
+        f"{verdict_s:.1f}s (schedule_timeout 30 s, ResumeTimeout 180 s)"
     )
     assert verdict_s < 20, "fail fast on the autoscaler's word, not at schedule_timeout"
 
