@@ -41,9 +41,8 @@ SLURMD_TIMEOUT = 30
 # renderer for what a site's Include must not impose: PrivateData=cloud (22.05 hides CLOUD
 # nodes without it), power saving timed globally too, config_overrides (slurmd in a pod sees the
 # host's hardware), TreeWidth, rates, ReturnToService. power_save_min_interval=0 makes
-# slurmctld's power work follow a node update within a second; power_save_interval=1 makes the
-# changes no update announces (SuspendTimeout or SuspendTime ending) follow within a second too,
-# instead of up to 5 s later: a node powered down in a test is idle~ ~3 s sooner on average.
+# slurmctld's power work follow a node update within a second; power_save_interval=1 makes it
+# pass every second without one too (an idle node reaching SuspendTime), not every 5 s.
 def render_options(series: str) -> dict[str, Any]:
     """The renderer's options for a ground of Slurm ``series`` (PrivateData=cloud: 22.05 only)."""
     return {
